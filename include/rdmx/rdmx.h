@@ -1,0 +1,180 @@
+/*
+ * rdmx: tagged message passing over RDMA verbs.
+ *
+ * The API follows UCP's tag API, which HPC developers know:
+ *   worker   one per process (or per thread group): device, PD, CQs, SRQs, QPs. It has an opaque
+ *            address blob that the application exchanges out of band (MPI's modex, a socket).
+ *   endpoint a connection to a peer worker, created from the peer's address blob.
+ *   request  caller-owned storage (RDMX_REQUEST_SIZE bytes) for one non-blocking operation, so a
+ *            host such as Open MPI can embed it in its own request: no allocation per message.
+ *
+ * Messages carry a 64-bit tag. A receive matches a message when
+ *   (msg.tag & recv.tag_mask) == (recv.tag & recv.tag_mask)   and
+ *   recv.source == RDMX_ANY_SOURCE or recv.source == msg.source,
+ * where msg.source is the sending worker's uid (rdmx_config_t.uid). Messages from one sender
+ * match in the order they were sent (MPI non-overtaking), whatever their size or transport.
+ *
+ * Completion: a post call that returns RDMX_OK has accepted the operation; its callback (if any)
+ * runs exactly once, from inside a later rdmx_worker_progress() or rdmx_request_wait() (never from
+ * inside the post call itself), and rdmx_request_test() reports its status. A post call that
+ * returns an error has accepted nothing and runs no callback.
+ *
+ * Threads: a worker and its endpoints and requests are used by one thread at a time.
+ */
+#ifndef RDMX_RDMX_H
+#define RDMX_RDMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return and status codes. Non-negative: success; negative: errors. */
+typedef enum rdmx_code {
+  RDMX_OK = 0,
+  RDMX_INPROGRESS = 1,           /* request not complete yet */
+  RDMX_ERR_INVALID_PARAM = -1,   /* an argument is invalid; nothing was accepted */
+  RDMX_ERR_NO_MEMORY = -2,       /* allocation or memory registration failed */
+  RDMX_ERR_NO_DEVICE = -3,       /* no usable RDMA device/port/GID (see RDMX_DEVICE etc.) */
+  RDMX_ERR_UNSUPPORTED = -4,     /* the device lacks a needed feature */
+  RDMX_ERR_TRUNCATED = -5,       /* receive buffer shorter than the message */
+  RDMX_ERR_CANCELED = -6,        /* request was cancelled */
+  RDMX_ERR_UNREACHABLE = -7,     /* peer dead, timed out, or endpoint destroyed */
+  RDMX_ERR_NO_RESOURCE = -8,     /* a queue is full: progress and retry */
+  RDMX_ERR_IO = -9,              /* a verbs operation failed */
+  RDMX_ERR_BUSY = -10,           /* object in use (e.g. cancel of a matched request) */
+  RDMX_ERR_BAD_ADDRESS = -11,    /* a peer address blob is malformed or of another version */
+  RDMX_ERR_TIMED_OUT = -12       /* a wait ran out of time */
+} rdmx_code_t;
+
+/* A static English text for a code, naming the usual cause. Never NULL. */
+const char* rdmx_strerror(int code);
+
+typedef enum rdmx_transport {
+  RDMX_TRANSPORT_AUTO = 0, /* RC below config.auto_ud_peers expected peers, UD from there up */
+  RDMX_TRANSPORT_RC = 1,   /* per peer one RC QP per size class, hardware reliability */
+  RDMX_TRANSPORT_UD = 2    /* one UD QP per size class, rdmx's own reliability */
+} rdmx_transport_t;
+
+#define RDMX_ANY_SOURCE UINT64_MAX
+
+/*
+ * Configuration. rdmx_config_init() fills defaults; rdmx_config_from_env() then applies the
+ * RDMX_* environment variable named beside each field. With nothing set rdmx works out of the
+ * box: the first device with an active port and, on RoCE, its RoCE v2 IPv4-mapped GID.
+ */
+typedef struct rdmx_config {
+  const char* device;         /* RDMX_DEVICE: device name; NULL = first with an active port */
+  int port;                   /* RDMX_PORT: 0 = first active port */
+  int gid_index;              /* RDMX_GID_INDEX: -1 = find the RoCE v2 IPv4 GID (RoCE), 0 (IB) */
+  rdmx_transport_t transport; /* RDMX_TRANSPORT=rc|ud|auto */
+  uint32_t expected_peers;    /* hint for transport=auto (e.g. MPI world size - 1) */
+  uint32_t auto_ud_peers;     /* RDMX_AUTO_UD_PEERS: auto picks UD at this many peers */
+  uint32_t small_buf_size;    /* RDMX_SMALL_BUF: payload bytes of a small eager buffer */
+  uint32_t large_buf_size;    /* RDMX_LARGE_BUF: payload bytes of a large eager buffer (RC) */
+  uint32_t srq_depth;         /* RDMX_SRQ_DEPTH: receive buffers per SRQ (minimum enforced) */
+  uint32_t srq_low_watermark; /* RDMX_SRQ_LOW_WATERMARK: srq_limit; refill when below */
+  size_t eager_limit;         /* RDMX_EAGER_LIMIT: largest message sent eagerly */
+  size_t rndv_thresh;         /* RDMX_RNDV_THRESH: messages of this size and up use rendezvous */
+  uint64_t uid;               /* RDMX_UID: this worker's source id; 0 = derived from host/pid */
+  double ud_drop_rate;        /* RDMX_UD_DROP_RATE: TEST ONLY, fraction of UD packets dropped */
+  uint32_t ud_rto_us;         /* RDMX_UD_RTO_US: initial UD retransmission timeout */
+  uint32_t peer_timeout_ms;   /* RDMX_PEER_TIMEOUT_MS: a silent peer is declared dead after it */
+  int verbose;                /* RDMX_VERBOSE: 0 quiet, 1 choices made, 2 debug */
+} rdmx_config_t;
+
+void rdmx_config_init(rdmx_config_t* config);
+/* Applies RDMX_* variables. RDMX_ERR_INVALID_PARAM (and a message on stderr naming the variable)
+ * when one cannot be parsed. */
+int rdmx_config_from_env(rdmx_config_t* config);
+
+typedef struct rdmx_worker rdmx_worker_t;
+typedef struct rdmx_ep rdmx_ep_t;
+typedef struct rdmx_message rdmx_message_t; /* an unexpected message removed by a probe */
+
+/* Caller-owned request storage. Contents are private to rdmx while the request is active. */
+#define RDMX_REQUEST_SIZE 192
+typedef struct rdmx_request {
+  uint64_t opaque[RDMX_REQUEST_SIZE / 8];
+} rdmx_request_t;
+
+typedef struct rdmx_status {
+  int error;       /* RDMX_OK, RDMX_ERR_TRUNCATED, RDMX_ERR_CANCELED, RDMX_ERR_UNREACHABLE... */
+  uint64_t tag;    /* the message's tag */
+  uint64_t source; /* the sending worker's uid */
+  size_t length;   /* the message's length as sent (also on truncation) */
+} rdmx_status_t;
+
+typedef void (*rdmx_callback_t)(rdmx_request_t* request, const rdmx_status_t* status,
+                                void* user_data);
+
+int rdmx_worker_create(const rdmx_config_t* config, rdmx_worker_t** worker);
+/* Fails every active request with RDMX_ERR_CANCELED or RDMX_ERR_UNREACHABLE (running their
+ * callbacks), tears down every verbs object in man-page order, and frees the worker. */
+void rdmx_worker_destroy(rdmx_worker_t* worker);
+/* The worker's address blob; valid until the worker is destroyed. */
+int rdmx_worker_address(rdmx_worker_t* worker, const void** address, size_t* length);
+/* Polls completions, refills SRQs, runs timers and callbacks. Returns the number of events
+ * processed (>= 0) or an error code. */
+int rdmx_worker_progress(rdmx_worker_t* worker);
+uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);
+
+/* Connects to a peer. May return before the connection is fully set up; sends queue behind it. */
+int rdmx_ep_create(rdmx_worker_t* worker, const void* address, size_t length, rdmx_ep_t** ep);
+/* Fails the endpoint's pending sends with RDMX_ERR_UNREACHABLE and releases it. A later send to
+ * it is a use after free; sends from the peer are still received by the worker. */
+void rdmx_ep_destroy(rdmx_ep_t* ep);
+
+enum rdmx_send_flags {
+  RDMX_SEND_SYNC = 1u << 0 /* complete only once the receiver has matched it (MPI_Ssend) */
+};
+
+int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags,
+                  rdmx_request_t* request, rdmx_callback_t callback, void* user_data);
+int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source,
+                  uint64_t tag, uint64_t tag_mask, rdmx_request_t* request,
+                  rdmx_callback_t callback, void* user_data);
+
+/* Looks for a matching unexpected message. Returns 1 and fills *status when found, else 0.
+ * With message != NULL the message is removed from matching (MPI_Improbe) and must be received
+ * with rdmx_tag_msg_recv. */
+int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_t tag_mask,
+                   rdmx_status_t* status, rdmx_message_t** message);
+int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buffer,
+                      size_t length, rdmx_request_t* request, rdmx_callback_t callback,
+                      void* user_data);
+
+/* RDMX_INPROGRESS while active; otherwise the final status code (also copied into *status when
+ * status != NULL). Does not progress the worker. */
+int rdmx_request_test(const rdmx_request_t* request, rdmx_status_t* status);
+/* Progresses until the request completes or timeout_ms passes (< 0: no limit). */
+int rdmx_request_wait(rdmx_worker_t* worker, rdmx_request_t* request, rdmx_status_t* status,
+                      int timeout_ms);
+/* Cancels an unmatched receive: it completes with RDMX_ERR_CANCELED. RDMX_ERR_BUSY when the
+ * request is a send or already matched (it then completes normally). */
+int rdmx_request_cancel(rdmx_worker_t* worker, rdmx_request_t* request);
+
+/* Counters for tuning and tests. */
+typedef struct rdmx_stats {
+  uint64_t srq_posted;        /* receive buffers posted to SRQs */
+  uint64_t srq_consumed;      /* receive completions taken from SRQs */
+  uint64_t srq_refills;       /* batched refill posts */
+  uint64_t srq_limit_events;  /* IBV_EVENT_SRQ_LIMIT_REACHED seen */
+  uint64_t rnr_naks;          /* RNR retries seen (if the device reports them) */
+  uint64_t ud_retransmits;    /* UD packets sent again */
+  uint64_t ud_duplicates;     /* UD packets received twice and dropped */
+  uint64_t ud_dropped_test;   /* UD packets dropped by ud_drop_rate */
+  uint64_t unexpected;        /* messages that arrived before their receive */
+  uint64_t recv_mem_bytes;    /* registered receive buffer memory */
+  uint64_t num_qps;           /* QPs owned by the worker */
+  rdmx_transport_t transport; /* the transport chosen */
+} rdmx_stats_t;
+
+int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDMX_RDMX_H */
