@@ -1,0 +1,240 @@
+// The rdmx wire format: a fixed 32-byte header in front of every message, then a kind-specific
+// body (rendezvous and FIN messages only), then payload.
+//
+//  byte 0        1        2                 4                                   8
+//      +--------+--------+-----------------+-----------------------------------+
+//    0 | version|  kind  |      flags      |              src_ep               |
+//      +--------+--------+-----------------+-----------------------------------+
+//    8 |       seq       |       ack       |          payload_length           |
+//      +-----------------+-----------------+-----------------------------------+
+//   16 |                                  tag                                  |
+//      +-----------------------------------+-----------------------------------+
+//   24 |                aux                |             reserved              |
+//      +-----------------------------------+-----------------------------------+
+//   32   body (sizeof RtsBody / CtsBody / FinBody, or nothing), then payload_length bytes
+//
+// Byte order: little-endian. rdmx targets x86-64 (and little-endian aarch64) hosts only, so the
+// structs below are memcpy'd to and from the wire as they are; a static_assert stops a
+// big-endian build, which would need byte swaps in load/store.
+//
+// Alignment: 32 bytes keeps the payload 8-byte aligned after the header, and also on UD where
+// the header starts after the 40-byte GRH.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+namespace rdmx::protocol {
+
+static_assert(std::endian::native == std::endian::little,
+              "rdmx wire structs are little-endian and copied as-is: add byte swaps to port");
+
+// Bumped on any incompatible change to a header, a body or the meaning of a field.
+inline constexpr std::uint8_t kWireVersion = 1;
+
+enum class MsgKind : std::uint8_t {
+  kInvalid = 0,     // a zeroed buffer must never validate
+  kEager = 1,       // tagged data, payload follows the header
+  kEagerSync = 2,   // tagged data for MPI_Ssend: the receiver answers kMatchAck once matched
+  kAck = 3,         // stand-alone cumulative ack (UD), not sequenced, never retransmitted
+  kMatchAck = 4,    // "your kEagerSync was matched": aux = sender's request slot (echoed)
+  kRts = 5,         // rendezvous request-to-send, tagged; body RtsBody
+  kCts = 6,         // rendezvous clear-to-send; body CtsBody
+  kFin = 7,         // rendezvous finished or failed; body FinBody
+  kConnect = 8,     // connection set-up (UD -> RC wire-up); payload is transport-defined
+  kDisconnect = 9,  // the sender is tearing the connection down; nothing follows
+};
+inline constexpr std::uint8_t kMsgKindCount = 10;  // one past the last valid kind
+
+std::string_view to_string(MsgKind kind) noexcept;
+
+// Header flags. Unknown bits are rejected by validate(): new flags need a new version.
+inline constexpr std::uint16_t kFlagAckValid = 1u << 0;    // `ack` holds a cumulative ack
+inline constexpr std::uint16_t kFlagAckRequest = 1u << 1;  // please ack now (e.g. last in window)
+inline constexpr std::uint16_t kKnownFlags = kFlagAckValid | kFlagAckRequest;
+
+struct MsgHeader {
+  // kWireVersion of the sender; a receiver rejects any other (see validate()).
+  std::uint8_t version;
+  // A MsgKind value.
+  std::uint8_t kind;
+  // kFlag* bits.
+  std::uint16_t flags;
+  // Sender's job-wide endpoint id (its index in the address exchange, e.g. the world rank).
+  // UD completions carry no connection, and SRQ completions are shared by all peers, so the
+  // receiver finds the peer from this field.
+  std::uint32_t src_ep;
+  // Per-peer, per-direction sequence number (16-bit serial arithmetic, see serial.h). Every kind
+  // except kAck consumes one: it orders matching (MPI non-overtaking, also across the two RC QPs
+  // of a peer) and is the UD reliability PSN. Ignored for kAck.
+  std::uint16_t seq;
+  // Cumulative ack for the reverse direction: every seq up to and including `ack` has been
+  // received. Valid only with kFlagAckValid (UD piggy-backs it on every message).
+  std::uint16_t ack;
+  // Bytes of payload after the header and the kind's body. 0 for kinds without payload.
+  std::uint32_t payload_length;
+  // 64-bit match bits (context id and MPI tag, laid out by the MTL). kEager, kEagerSync, kRts.
+  std::uint64_t tag;
+  // Kind-specific 32-bit word. kEagerSync: sender's request slot, echoed in kMatchAck.
+  std::uint32_t aux;
+  // Zero on send, ignored on receive: room for a same-version extension.
+  std::uint32_t reserved;
+};
+
+// kRts: the sender has total_length bytes for the tag in the header.
+struct RtsBody {
+  std::uint64_t total_length;  // whole message size in bytes
+  std::uint32_t sender_slot;   // sender's request slot, echoed in CTS and FIN
+  std::uint32_t reserved;      // zero
+};
+
+// kCts: the receiver grants [offset, offset + granted_length) of the message to be written at
+// remote_addr with rkey. One CTS per fragment lets a later version pipeline large messages.
+struct CtsBody {
+  std::uint64_t remote_addr;     // receiver's buffer address for byte `offset`
+  std::uint64_t offset;          // first message byte this grant covers
+  std::uint64_t granted_length;  // bytes the sender may write
+  std::uint32_t rkey;            // memory key of the receiver's registered buffer
+  std::uint32_t sender_slot;     // from RtsBody
+  std::uint32_t receiver_slot;   // receiver's request slot (e.g. the write-with-imm immediate)
+  std::uint32_t reserved;        // zero
+};
+
+// kFin: rendezvous outcome, sent by whichever side finishes or fails.
+struct FinBody {
+  std::uint32_t sender_slot;
+  std::uint32_t receiver_slot;
+  std::int32_t status;     // 0 = success, otherwise a negative errno-style code
+  std::uint32_t reserved;  // zero
+};
+
+inline constexpr std::size_t kHeaderSize = 32;
+inline constexpr std::size_t kMaxBodySize = sizeof(CtsBody);
+
+// Every struct is copied byte-for-byte: no padding, no pointers, no constructors.
+static_assert(sizeof(MsgHeader) == kHeaderSize, "header is 32 bytes: it prefixes every message");
+static_assert(alignof(MsgHeader) == 8);
+static_assert(offsetof(MsgHeader, version) == 0);
+static_assert(offsetof(MsgHeader, kind) == 1);
+static_assert(offsetof(MsgHeader, flags) == 2);
+static_assert(offsetof(MsgHeader, src_ep) == 4);
+static_assert(offsetof(MsgHeader, seq) == 8);
+static_assert(offsetof(MsgHeader, ack) == 10);
+static_assert(offsetof(MsgHeader, payload_length) == 12);
+static_assert(offsetof(MsgHeader, tag) == 16);
+static_assert(offsetof(MsgHeader, aux) == 24);
+static_assert(offsetof(MsgHeader, reserved) == 28);
+
+static_assert(sizeof(RtsBody) == 16);
+static_assert(offsetof(RtsBody, total_length) == 0);
+static_assert(offsetof(RtsBody, sender_slot) == 8);
+
+static_assert(sizeof(CtsBody) == 40);
+static_assert(offsetof(CtsBody, remote_addr) == 0);
+static_assert(offsetof(CtsBody, offset) == 8);
+static_assert(offsetof(CtsBody, granted_length) == 16);
+static_assert(offsetof(CtsBody, rkey) == 24);
+static_assert(offsetof(CtsBody, sender_slot) == 28);
+static_assert(offsetof(CtsBody, receiver_slot) == 32);
+
+static_assert(sizeof(FinBody) == 16);
+static_assert(offsetof(FinBody, status) == 8);
+
+static_assert(std::is_trivially_copyable_v<MsgHeader> && std::is_standard_layout_v<MsgHeader>);
+static_assert(std::is_trivially_copyable_v<RtsBody> && std::is_standard_layout_v<RtsBody>);
+static_assert(std::is_trivially_copyable_v<CtsBody> && std::is_standard_layout_v<CtsBody>);
+static_assert(std::is_trivially_copyable_v<FinBody> && std::is_standard_layout_v<FinBody>);
+static_assert(kHeaderSize % 8 == 0 && (40 + kHeaderSize) % 8 == 0,
+              "payload stays 8-byte aligned on RC and after the UD GRH");
+
+// Bytes of kind-specific body between the header and the payload (0 for unknown kinds).
+constexpr std::size_t body_size(MsgKind kind) noexcept {
+  switch (kind) {
+    case MsgKind::kRts:
+      return sizeof(RtsBody);
+    case MsgKind::kCts:
+      return sizeof(CtsBody);
+    case MsgKind::kFin:
+      return sizeof(FinBody);
+    default:
+      return 0;
+  }
+}
+
+// Kinds that may carry payload bytes; all others must have payload_length == 0.
+constexpr bool carries_payload(MsgKind kind) noexcept {
+  return kind == MsgKind::kEager || kind == MsgKind::kEagerSync || kind == MsgKind::kConnect;
+}
+
+// Kinds that consume a per-peer sequence number (and so are ordered and, on UD, retransmitted).
+constexpr bool is_sequenced(MsgKind kind) noexcept {
+  const auto k = static_cast<std::uint8_t>(kind);
+  return k != 0 && k < kMsgKindCount && kind != MsgKind::kAck;
+}
+
+// Kinds that go through tag matching.
+constexpr bool is_tagged(MsgKind kind) noexcept {
+  return kind == MsgKind::kEager || kind == MsgKind::kEagerSync || kind == MsgKind::kRts;
+}
+
+// Total on-wire bytes for a message of this kind with payload_length bytes of payload.
+constexpr std::size_t wire_size(MsgKind kind, std::size_t payload_length) noexcept {
+  return kHeaderSize + body_size(kind) + payload_length;
+}
+
+// A header with version, kind and everything else zeroed; callers fill the rest.
+constexpr MsgHeader make_header(MsgKind kind) noexcept {
+  return MsgHeader{.version = kWireVersion,
+                   .kind = static_cast<std::uint8_t>(kind),
+                   .flags = 0,
+                   .src_ep = 0,
+                   .seq = 0,
+                   .ack = 0,
+                   .payload_length = 0,
+                   .tag = 0,
+                   .aux = 0,
+                   .reserved = 0};
+}
+
+enum class WireError : std::uint8_t {
+  kOk = 0,
+  kTruncated,       // fewer bytes than a header, or than header + body
+  kBadVersion,      // version != kWireVersion
+  kBadKind,         // kind outside MsgKind
+  kBadFlags,        // unknown flag bits, or kAck without kFlagAckValid
+  kLengthMismatch,  // header + body + payload_length != received bytes, or payload on a kind
+                    // that has none
+};
+
+std::string_view to_string(WireError error) noexcept;
+
+// Checks a received message of `received_bytes` bytes (UD: wc.byte_len minus the 40-byte GRH)
+// whose header has already been copied out. The checks run in the order of the enum so a
+// header from a newer version is reported as kBadVersion, not as a bad kind.
+WireError validate(const MsgHeader& header, std::size_t received_bytes) noexcept;
+
+// Same, straight from the receive buffer; copies the header out into *header_out when the
+// buffer holds at least a header (so the caller can log what it rejected).
+WireError validate(std::span<const std::byte> message, MsgHeader* header_out) noexcept;
+
+// Reads a header or body from a receive buffer of any alignment (memcpy compiles to plain loads).
+template <class T>
+T load_wire(const std::byte* src) noexcept {
+  static_assert(std::is_trivially_copyable_v<T>);
+  T value{};
+  std::memcpy(&value, src, sizeof(T));
+  return value;
+}
+
+template <class T>
+void store_wire(std::byte* dst, const T& value) noexcept {
+  static_assert(std::is_trivially_copyable_v<T>);
+  std::memcpy(dst, &value, sizeof(T));
+}
+
+}  // namespace rdmx::protocol
