@@ -1,0 +1,174 @@
+# shellcheck shell=bash
+# Functions here return results in SOFTROCE_* globals that only their callers read.
+# shellcheck disable=SC2034
+# Soft-RoCE device setup and the CMD runner, shared by the guest (guest-main.sh) and by native
+# mode (run, on a host that can load rdma_rxe itself). Sourced, never executed. Needs bash >= 5.1
+# (wait -n -p).
+#
+# Device layouts (the addresses exist only where rxe runs: inside the guest, or on the native host):
+#   --devices 1: rxe0 on dummy0 10.99.0.1/24; both peers share the device, rxe loops back inside.
+#   --devices 2: rxe1 on veth0 10.99.1.1/24 and rxe2 on veth1 10.99.1.2/24, both veth ends in the
+#                main namespace (rxe on a netdev in another namespace fails on 6.1: its UDP 4791
+#                socket lives in the initial namespace). accept_local=1 and rp_filter=0 or the
+#                QP never reaches RTR.
+#   --mtu 4096:  netdev MTU 9000, so active_mtu becomes 4096 (1024 otherwise).
+
+# The GID table has 1024 entries per port and each sysfs read costs a process-free but slow trip
+# under TCG (all 1024 took 36 s): the IPv4-mapped GID is always among the first few.
+readonly SOFTROCE_GID_SCAN=16
+readonly SOFTROCE_V4_PREFIX="0000:0000:0000:0000:0000:ffff:"
+
+SOFTROCE_ERR=""
+
+softroce_err() { SOFTROCE_ERR="$*"; return 1; }
+
+# Reads one sysfs line into the variable named $1 without starting a process.
+softroce_read() {
+  local -n _out=$1
+  _out=""
+  [[ -r $2 ]] || return 1
+  IFS= read -r _out <"$2" 2>/dev/null
+  [[ -n $_out ]]
+}
+
+# Prints "INDEX IPV4" for the first IPv4-mapped RoCE v2 GID of port 1 of $1, retrying for up to
+# ~5 s because the GID appears asynchronously after the address and the link come up.
+softroce_find_gid() {
+  local dev=$1 base=/sys/class/infiniband/$1/ports/1 try i gid type hex
+  for ((try = 0; try < 100; try++)); do
+    for ((i = 0; i < SOFTROCE_GID_SCAN; i++)); do
+      softroce_read gid "$base/gids/$i" || continue
+      [[ $gid == "$SOFTROCE_V4_PREFIX"* ]] || continue
+      if softroce_read type "$base/gid_attrs/types/$i" && [[ $type != "RoCE v2" ]]; then
+        continue
+      fi
+      hex=${gid#"$SOFTROCE_V4_PREFIX"}
+      hex=${hex//:/}
+      printf '%d %d.%d.%d.%d\n' "$i" $((16#${hex:0:2})) $((16#${hex:2:2})) \
+        $((16#${hex:4:2})) $((16#${hex:6:2}))
+      return 0
+    done
+    sleep 0.05
+  done
+  softroce_err "no IPv4-mapped RoCE v2 GID among the first $SOFTROCE_GID_SCAN of $dev"
+}
+
+softroce_sysctl() { # name value
+  local path=/proc/sys/${1//.//}
+  echo "$2" >"$path" 2>/dev/null || softroce_err "sysctl $1=$2 failed"
+}
+
+# Creates netdev $2 (type $3, extra `ip link add` args in $6...) with address $4 and rxe device $1
+# on it, unless $1 already exists (native hosts may have it from an earlier run).
+softroce_add_link() {
+  local rxe=$1 ndev=$2 kind=$3 addr=$4 mtu=$5
+  shift 5
+  [[ -e /sys/class/infiniband/$rxe ]] && return 0
+  if [[ ! -e /sys/class/net/$ndev ]]; then
+    ip link add "$ndev" "$@" type "$kind" || softroce_err "ip link add $ndev type $kind" || return
+  fi
+  ip link set "$ndev" mtu "$mtu" || softroce_err "ip link set $ndev mtu $mtu" || return
+  ip addr replace "$addr" dev "$ndev" || softroce_err "ip addr add $addr dev $ndev" || return
+}
+
+# softroce_setup DEVICES MTU: loads the modules, creates the netdevs and rxe devices, and fills
+# SOFTROCE_DEVS / SOFTROCE_IPS / SOFTROCE_GID_INDEX.
+softroce_setup() {
+  local ndevices=$1 mtu=$2 netmtu i found idx ip
+  case $mtu in 1024) netmtu=1500 ;; 4096) netmtu=9000 ;; *) softroce_err "bad mtu $mtu"; return ;; esac
+  modprobe -a rdma_rxe ib_uverbs rdma_ucm || softroce_err "modprobe rdma_rxe ib_uverbs rdma_ucm" || return
+  if [[ $ndevices == 1 ]]; then
+    SOFTROCE_DEVS=(rxe0)
+    modprobe dummy || softroce_err "modprobe dummy" || return
+    softroce_add_link rxe0 dummy0 dummy 10.99.0.1/24 "$netmtu" || return
+    ip link set dummy0 up || softroce_err "ip link set dummy0 up" || return
+    if [[ ! -e /sys/class/infiniband/rxe0 ]]; then
+      rdma link add rxe0 type rxe netdev dummy0 || softroce_err "rdma link add rxe0" || return
+    fi
+  else
+    SOFTROCE_DEVS=(rxe1 rxe2)
+    modprobe veth || softroce_err "modprobe veth" || return
+    if [[ ! -e /sys/class/net/veth0 ]]; then
+      ip link add veth0 type veth peer name veth1 || softroce_err "ip link add veth0/veth1" || return
+    fi
+    softroce_add_link rxe1 veth0 veth 10.99.1.1/24 "$netmtu" || return
+    softroce_add_link rxe2 veth1 veth 10.99.1.2/24 "$netmtu" || return
+    for i in all default veth0 veth1; do
+      softroce_sysctl "net.ipv4.conf.$i.accept_local" 1 || return
+      softroce_sysctl "net.ipv4.conf.$i.rp_filter" 0 || return
+    done
+    ip link set veth0 up && ip link set veth1 up || softroce_err "ip link set veth0/veth1 up" || return
+    if [[ ! -e /sys/class/infiniband/rxe1 ]]; then
+      rdma link add rxe1 type rxe netdev veth0 || softroce_err "rdma link add rxe1" || return
+    fi
+    if [[ ! -e /sys/class/infiniband/rxe2 ]]; then
+      rdma link add rxe2 type rxe netdev veth1 || softroce_err "rdma link add rxe2" || return
+    fi
+  fi
+  softroce_describe_devices "${SOFTROCE_DEVS[@]}"
+}
+
+# Fills SOFTROCE_IPS and SOFTROCE_GID_INDEX for the devices named in the arguments.
+softroce_describe_devices() {
+  local dev found idx ip
+  SOFTROCE_DEVS=("$@")
+  SOFTROCE_IPS=()
+  SOFTROCE_GID_INDEX=""
+  for dev in "$@"; do
+    found=$(softroce_find_gid "$dev") || softroce_err "no IPv4 RoCE v2 GID on $dev" || return
+    read -r idx ip <<<"$found"
+    if [[ -n $SOFTROCE_GID_INDEX && $idx != "$SOFTROCE_GID_INDEX" ]]; then
+      softroce_err "GID index differs between devices ($SOFTROCE_GID_INDEX vs $idx on $dev)"
+      return
+    fi
+    SOFTROCE_GID_INDEX=$idx
+    SOFTROCE_IPS+=("$ip")
+  done
+}
+
+# The variables every CMD sees, as NAME=VALUE words for env(1).
+softroce_test_env() {
+  SOFTROCE_TEST_ENV=(
+    "RDMX_TEST_DEVICES=${SOFTROCE_DEVS[*]}"
+    "RDMX_TEST_GID_INDEX=$SOFTROCE_GID_INDEX"
+    "RDMX_TEST_IPS=${SOFTROCE_IPS[*]}"
+    "RDMX_IN_GUEST=1"
+  )
+}
+
+# softroce_run_cmd TIMEOUT CMD...: runs CMD in its own session (so that the whole process tree can
+# be killed) and waits at most TIMEOUT seconds. Sets SOFTROCE_RC to CMD's status, or to 124 with
+# SOFTROCE_TIMED_OUT=1 when the watchdog had to kill it (TERM, then KILL 10 s later).
+# Redirections of the caller apply to CMD.
+softroce_run_cmd() {
+  local limit=$1 cpid spid done_pid i
+  shift
+  SOFTROCE_TIMED_OUT=0
+  setsid "$@" &
+  cpid=$!
+  SOFTROCE_CMD_PGID=$cpid
+  sleep "$limit" >/dev/null 2>&1 &
+  spid=$!
+  while :; do
+    done_pid=""
+    wait -n -p done_pid "$cpid" "$spid"
+    SOFTROCE_RC=$?
+    [[ $done_pid == "$cpid" || $done_pid == "$spid" ]] && break
+    # Interrupted by a trapped signal (native mode): the trap decides; keep waiting otherwise.
+  done
+  if [[ $done_pid == "$spid" ]]; then
+    SOFTROCE_TIMED_OUT=1
+    kill -TERM -- "-$cpid" 2>/dev/null
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$cpid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL -- "-$cpid" 2>/dev/null
+    wait "$cpid" 2>/dev/null
+    SOFTROCE_RC=124
+  else
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+  fi
+  return 0
+}
