@@ -297,8 +297,15 @@ TeardownReport QueuePair::shutdown(const CompletionCallback& on_completion,
   closing_ = true;
   const std::uint32_t qpn = qp_->qp_num;
   const bool with_srq = qp_->srq != nullptr;
-  // A QP that never left RESET holds no WRs (posting in RESET fails), so there is nothing to
-  // flush; modify RESET->ERR is nevertheless legal and keeps the sequence uniform.
+  // Ask the device: the HCA may have moved the QP to ERR, or the owner may have modified it
+  // through the raw handle. Fall back to our own record if the query fails.
+  try {
+    state_ = query_state();
+  } catch (const Error& err) {
+    log_verb_failure(err.verb(), err.errnum(), "QP " + std::to_string(qpn) + " teardown");
+  }
+  // A QP still in RESET holds no WRs (posting in RESET fails) and cannot go to ERR
+  // (RESET->ERR is not a valid transition), so there is nothing to flush.
   const bool may_hold_wrs = state_ != IBV_QPS_RESET;
 
   // 2. Receive marker, before ERR so it queues behind every receive the owner posted.
@@ -310,7 +317,7 @@ TeardownReport QueuePair::shutdown(const CompletionCallback& on_completion,
   }
 
   // 3. ERR, even if already there: on rxe the transition itself is what runs the flush.
-  {
+  if (may_hold_wrs) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     report.modify_error = verb_errno(ibv_modify_qp(qp_, &attr, IBV_QP_STATE));

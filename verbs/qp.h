@@ -9,7 +9,9 @@
 //   2. a QP with its own receive queue gets a marker receive (wr_id kDrainRecvWrId, no SGE) posted
 //      behind everything else; receive completions are in order, so its return proves the RQ
 //      is empty;
-//   3. move to ERR: outstanding WRs complete with IBV_WC_WR_FLUSH_ERR (or their real status);
+//   3. move to ERR (also when already there: on rxe the transition runs the flush); outstanding
+//      WRs complete with IBV_WC_WR_FLUSH_ERR (or their real status). A QP still in RESET holds
+//      no WRs and skips steps 2-6 (RESET->ERR is not a valid transition);
 //   4. an SRQ-attached QP waits (bounded) for IBV_EVENT_QP_LAST_WQE_REACHED, after which the HCA
 //      takes no more WRs from the SRQ for this QP. A device that never sends it (rxe) costs one
 //      timeout, is logged and the sequence goes on;
