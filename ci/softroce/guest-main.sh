@@ -22,6 +22,9 @@ stage() {
   echo "$step" >"$R/stage"
   read -r up _ </proc/uptime
   echo "softroce-guest: $step at ${up}s"
+  # RDMX_SOFTROCE_FAULT=STEP makes the harness's own tests see a guest failure at STEP.
+  [[ $step == "${SOFTROCE_FAULT:-}" ]] && fail "injected fault (RDMX_SOFTROCE_FAULT)"
+  return 0
 }
 poweroff_now() {
   sync
@@ -36,7 +39,7 @@ fail() {
 
 # shellcheck source=ci/softroce/rxe-env.sh
 source "$SR/rxe-env.sh" || fail "source rxe-env.sh"
-# Written by run: SOFTROCE_{DEVICES,MTU,TIMEOUT,CWD,MODDIR,HOSTNAME}, SOFTROCE_RW (dirs, exported as
+# Written by run: SOFTROCE_{DEVICES,MTU,TIMEOUT,CWD,MODDIR,HOSTNAME,FAULT}, SOFTROCE_RW (dirs, exported as
 # tags rw0, rw1, ...), SOFTROCE_ENV (NAME=VALUE words), SOFTROCE_CMD.
 # shellcheck source=/dev/null
 source "$R/config.sh" || fail "source config.sh"
