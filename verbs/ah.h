@@ -10,6 +10,8 @@
 
 namespace rdmx::verbs {
 
+// Explicit<> members have no default constructor: the compiler enforces initialisation.
+// NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init)
 struct AhAttr {
   ibv_gid dgid{};                     // the peer's GID; routed with a GRH when non-zero (RoCE)
   Explicit<std::uint8_t> sgid_index;  // our GID index (find_gid_index())

@@ -133,12 +133,17 @@ bool is_zero(const ibv_gid& gid) noexcept {
 }
 
 std::string to_string(const ibv_gid& gid) {
-  char buf[40];
-  for (int i = 0; i < 8; ++i) {
-    std::snprintf(buf + i * 5, 6, "%02x%02x%s", gid.raw[2 * i], gid.raw[2 * i + 1],
-                  i < 7 ? ":" : "");
+  std::string out;
+  out.reserve(39);
+  for (std::size_t i = 0; i < 8; ++i) {
+    char group[6];
+    std::snprintf(group, sizeof(group), "%02x%02x", gid.raw[2 * i], gid.raw[2 * i + 1]);
+    out += group;
+    if (i < 7) {
+      out += ':';
+    }
   }
-  return buf;
+  return out;
 }
 
 ibv_gid query_gid(const Context& ctx, std::uint8_t port_num, std::uint32_t index) {

@@ -85,12 +85,15 @@ struct RcInitAttr {
   unsigned access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 };
 
+// Explicit<> members have no default constructor: the compiler enforces initialisation.
+// NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init)
 struct UdInitAttr {
   Explicit<std::uint32_t> qkey;
   std::uint8_t port_num = 1;
   std::uint16_t pkey_index = 0;
 };
 
+// NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): Explicit<> members, as above
 struct RcRtrAttr {
   RemoteQp remote;
   Explicit<ibv_mtu> path_mtu;
@@ -105,8 +108,9 @@ struct RcRtrAttr {
   std::uint8_t sl = 0;
 };
 
+// NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): Explicit<> members, as above
 struct RcRtsAttr {
-  Explicit<std::uint32_t> sq_psn;        // our first send PSN (the peer's RemoteQp::psn)
+  Explicit<std::uint32_t> sq_psn;        // our first send PSN; the peer gets it as RemoteQp::psn
   Explicit<std::uint8_t> timeout;        // ack timeout 4.096 us * 2^timeout; 0 waits for ever
   Explicit<std::uint8_t> retry_cnt;      // transport retries before IBV_WC_RETRY_EXC_ERR
   Explicit<std::uint8_t> max_rd_atomic;  // RDMA reads/atomics we may have in flight
@@ -115,6 +119,7 @@ struct RcRtsAttr {
   std::uint8_t rnr_retry = 7;
 };
 
+// NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): Explicit<> members, as above
 struct UdRtsAttr {
   Explicit<std::uint32_t> sq_psn;
 };

@@ -81,7 +81,7 @@ TEST_F(RegistrationTest, RefusedPinningNamesUlimit) {
     int code = 2;
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct data[2]{};
-    rlimit lim{64 * 1024, 64 * 1024};
+    rlimit lim{rlim_t{64} << 10, rlim_t{64} << 10};
     if (syscall(SYS_capget, &hdr, data) != 0) {
       msg = "capget failed";
     } else {

@@ -41,6 +41,30 @@ TEST_F(CqTest, DestroyIsRefusedWithEbusyWhileAQpUsesIt) {
   EXPECT_EQ(recv_cq.destroy(), 0);
 }
 
+TEST_F(CqTest, RecordsWhatRawRxeDoesOnDestroyWithAQpUsingTheCq) {
+  // Plain libibverbs, recorded, not asserted: our layer refuses either way (test above).
+  ibv_cq* cq = ibv_create_cq(dev->ctx.get(), 16, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr qattr{};
+  qattr.send_cq = cq;
+  qattr.recv_cq = cq;
+  qattr.qp_type = IBV_QPT_RC;
+  qattr.cap.max_send_wr = 4;
+  qattr.cap.max_recv_wr = 4;
+  qattr.cap.max_send_sge = 1;
+  qattr.cap.max_recv_sge = 1;
+  ibv_qp* qp = ibv_create_qp(pd->get(), &qattr);
+  ASSERT_NE(qp, nullptr);
+  const int raw = ibv_destroy_cq(cq);
+  std::printf("RAW %s: ibv_destroy_cq with a QP using it returned %d (%s)\n",
+              dev->ctx.name().c_str(), raw, raw == 0 ? "allowed" : verbs::errno_name(raw).c_str());
+  RecordProperty("raw_destroy_cq_with_qp", raw == 0 ? "allowed" : verbs::errno_name(raw));
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  if (raw != 0) {
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  }
+}
+
 TEST_F(CqTest, SizeAboveTheDeviceMaxIsRefusedNamingTheLimit) {
   const int max_cqe = dev->ctx.query_device().orig_attr.max_cqe;
   try {

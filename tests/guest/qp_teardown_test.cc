@@ -66,8 +66,8 @@ TEST_F(QpTeardownTest, RcEveryPostedWrIdComesBackExactlyOnce) {
                                                 .send_cq = &b_cq,
                                                 .recv_cq = &b_cq,
                                                 .caps = {.max_send_wr = 4, .max_recv_wr = 8}});
-  Buffer abuf(*pd, 64 * 1024);
-  Buffer bbuf(*pd, 64 * 1024);
+  Buffer abuf(*pd, kKiB64);
+  Buffer bbuf(*pd, kKiB64);
   connect_rc_pair(*dev, a, b);  // rnr_retry 7: A's 4th send retries until teardown
 
   RecvChain arecv = make_recv_chain(abuf, kRecvs, 256, 0x100);
@@ -75,7 +75,7 @@ TEST_F(QpTeardownTest, RcEveryPostedWrIdComesBackExactlyOnce) {
   RecvChain brecv = make_recv_chain(bbuf, kBRecvs, 256, 0x900);
   ASSERT_TRUE(b.post_recv(brecv.head()));
   for (std::uint64_t i = 0; i < kSends; ++i) {
-    post_send(a, abuf, 32 * 1024 + i * 64, 64, 0x200 + i);
+    post_send(a, abuf, kKiB32 + i * 64, 64, 0x200 + i);
   }
 
   Ledger ledger;
@@ -126,7 +126,7 @@ TEST_F(QpTeardownTest, OverfilledRqChainPostsExactlyWhatItReportsCountedByFlushe
                                                  .recv_cq = &cq,
                                                  .caps = {.max_send_wr = 4, .max_recv_wr = 16}});
   qp.to_init(verbs::RcInitAttr{.port_num = dev->port});
-  Buffer buf(*pd, 64 * 1024);
+  Buffer buf(*pd, kKiB64);
   RecvChain chain = make_recv_chain(buf, kChain, 64, 0);
   const verbs::PostResult r = qp.post_recv(chain.head());
   // The device's RQ holds at least caps().max_recv_wr plus the marker's reserved slot; it may
@@ -205,18 +205,18 @@ TEST_F(QpTeardownTest, UdEveryPostedWrIdComesBackExactlyOnce) {
       *pd, verbs::AhAttr{.dgid = dev->gid,
                          .sgid_index = static_cast<std::uint8_t>(dev->gid_index),
                          .port_num = dev->port});
-  Buffer abuf(*pd, 64 * 1024);
-  Buffer bbuf(*pd, 64 * 1024);
+  Buffer abuf(*pd, kKiB64);
+  Buffer bbuf(*pd, kKiB64);
   RecvChain arecv = make_recv_chain(abuf, 6, 1024, 0x100);
   ASSERT_TRUE(a.post_recv(arecv.head()));
   RecvChain brecv = make_recv_chain(bbuf, 2, 1024, 0x900);
   ASSERT_TRUE(b.post_recv(brecv.head()));
   // 4 sends to B, which has 2 receives: UD drops the others silently; all 4 sends complete.
   for (std::uint64_t i = 0; i < 4; ++i) {
-    post_send(a, abuf, 32 * 1024 + i * 128, 100, 0x200 + i, ah.get(), b.qp_num());
+    post_send(a, abuf, kKiB32 + i * 128, 100, 0x200 + i, ah.get(), b.qp_num());
   }
   // B also sends one, and tears down without a marker AH (the quiet-period path).
-  post_send(b, bbuf, 32 * 1024, 100, 0x950, ah.get(), a.qp_num());
+  post_send(b, bbuf, kKiB32, 100, 0x950, ah.get(), a.qp_num());
 
   Ledger la;
   Ledger lb;
@@ -271,6 +271,40 @@ TEST_F(QpTeardownTest, UdQpInAMulticastGroupIsNotDestroyed) {
   qp.detach_mcast(mgid, 0);
   EXPECT_EQ(qp.mcast_groups(), 0u);
   EXPECT_EQ(qp.destroy(), 0);
+}
+
+TEST_F(QpTeardownTest, RecordsWhatRawRxeDoesOnDestroyOfAQpInAMulticastGroup) {
+  // Plain libibverbs, recorded, not asserted: our layer refuses either way (test above).
+  CompletionQueue cq = CompletionQueue::create(dev->ctx, 16);
+  ibv_qp_init_attr qattr{};
+  qattr.send_cq = cq.get();
+  qattr.recv_cq = cq.get();
+  qattr.qp_type = IBV_QPT_UD;
+  qattr.cap.max_send_wr = 4;
+  qattr.cap.max_recv_wr = 4;
+  qattr.cap.max_send_sge = 1;
+  qattr.cap.max_recv_sge = 1;
+  ibv_qp* qp = ibv_create_qp(pd->get(), &qattr);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = dev->port;
+  attr.qkey = kTestQkey;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+            0);
+  ibv_gid mgid{};
+  mgid.raw[0] = 0xff;
+  mgid.raw[1] = 0x0e;
+  mgid.raw[15] = 0x02;
+  ASSERT_EQ(ibv_attach_mcast(qp, &mgid, 0), 0);
+  const int raw = ibv_destroy_qp(qp);
+  std::printf("RAW %s: ibv_destroy_qp while attached to a multicast group returned %d (%s)\n",
+              dev->ctx.name().c_str(), raw, raw == 0 ? "allowed" : verbs::errno_name(raw).c_str());
+  RecordProperty("raw_destroy_qp_in_mcast_group", raw == 0 ? "allowed" : verbs::errno_name(raw));
+  if (raw != 0) {
+    EXPECT_EQ(ibv_detach_mcast(qp, &mgid, 0), 0);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  }
 }
 
 TEST_F(QpTeardownTest, NeverConnectedQpTearsDownAtOnce) {

@@ -39,7 +39,7 @@ TEST_F(SrqTest, GrantedAttributesAreReadBackAndUsable) {
   EXPECT_EQ(srq.attr().max_sge, now.max_sge);
   EXPECT_EQ(srq.requested_max_wr(), 16u);
   // Everything granted can be posted in one chain, also beyond the request.
-  Buffer buf(*pd, 64 * 1024);
+  Buffer buf(*pd, kKiB64);
   RecvChain chain = make_recv_chain(buf, srq.attr().max_wr, 64, 0);
   const verbs::PostResult r = srq.post(chain.head());
   EXPECT_EQ(r.error, 0);

@@ -40,7 +40,7 @@ std::string RdmaObject::key() const {
     return k + " " + it->second + " " + field(it->second);
   }
   for (const auto& [name, value] : fields) {
-    k += " " + name + "=" + value;
+    k.append(" ").append(name).append("=").append(value);
   }
   return k;
 }

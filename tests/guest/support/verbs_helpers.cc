@@ -161,7 +161,7 @@ SrqRig::SrqRig(const TestDevice& dev, const verbs::ProtectionDomain& pd, std::ui
                                                             .recv_cq = &recv_cq,
                                                             .srq = &srq,
                                                             .caps = {.max_send_wr = 4}})),
-      sbuf(pd, 64 * 128),
+      sbuf(pd, std::size_t{64} * 128),
       rbuf(pd, std::size_t{slots} * kSlotBytes) {
   connect_rc_pair(dev, sender, receiver, RcOptions{.rnr_retry = sender_rnr_retry}, RcOptions{});
 }

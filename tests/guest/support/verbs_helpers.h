@@ -22,6 +22,8 @@ namespace rdmx::test {
 
 inline constexpr std::uint32_t kTestQkey = 0x11111111;
 inline constexpr std::size_t kGrhBytes = 40;  // every UD receive starts with the GRH
+inline constexpr std::size_t kKiB32 = std::size_t{32} << 10;
+inline constexpr std::size_t kKiB64 = std::size_t{64} << 10;
 
 struct TestDevice {
   verbs::Context ctx;
