@@ -63,7 +63,8 @@ stage modules
 # modprobe needs the unpacked kernel's tree (with the modules.dep that depmod -b made) where the
 # host's /lib/modules has none for this kernel.
 mkdir -p "/lib/modules/$kver" || fail "mkdir /lib/modules/$kver"
-mount --bind "$SOFTROCE_MODDIR" "/lib/modules/$kver" || fail "bind $SOFTROCE_MODDIR"
+# Taken from the bare host root: a cache under /tmp is hidden by the guest's own /tmp.
+mount --bind "$SR/lower$SOFTROCE_MODDIR" "/lib/modules/$kver" || fail "bind $SOFTROCE_MODDIR"
 
 stage rxe
 softroce_setup "$SOFTROCE_DEVICES" "$SOFTROCE_MTU" || fail "$SOFTROCE_ERR"
