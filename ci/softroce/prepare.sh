@@ -22,6 +22,24 @@ readonly SOFTROCE_PACKAGES=(qemu-system-x86 busybox-static kmod iproute2 cpio rd
 readonly SOFTROCE_INITRD_MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev
   virtio_pci 9pnet 9pnet_virtio netfs fscache 9p overlay virtio_console)
 
+# Progress lines only for a human at a terminal: CMD's stderr must stay byte-exact in CI.
+softroce_note() {
+  [[ -t 2 ]] && echo "softroce: $*" >&2
+  return 0
+}
+
+# softroce_apt WHAT ARGS...: apt-get with its chatter in a log that the failure message names.
+softroce_apt() {
+  local what=$1 log
+  shift
+  log=$SOFTROCE_CACHE/logs/apt-$what-$$.log
+  if DEBIAN_FRONTEND=noninteractive apt-get "$@" >"$log" 2>&1; then
+    rm -f "$log"
+    return 0
+  fi
+  softroce_die "apt-get $* failed; log: $log"
+}
+
 softroce_install_packages() {
   local missing=() p status
   declare -A installed=()
@@ -35,12 +53,10 @@ softroce_install_packages() {
   if ((EUID != 0)); then
     softroce_die "missing packages (need root to install): ${missing[*]}"
   fi
-  echo "softroce: installing ${missing[*]}" >&2
+  softroce_note "installing ${missing[*]}"
   # Only refresh the lists when something is actually missing.
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 ||
-    softroce_die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 ||
-    softroce_die "apt-get install ${missing[*]} failed"
+  softroce_apt update update -q
+  softroce_apt install install -y -q --no-install-recommends "${missing[@]}"
 }
 
 # Sets SOFTROCE_KVER. The answer is cached and trusted while the apt lists are unchanged (it only
@@ -58,7 +74,7 @@ softroce_resolve_kernel() {
   pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
     sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n 1)
   if [[ -z $pkg ]] && ((EUID == 0)); then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1
     stamp=$(stat -c %Y /var/lib/apt/lists 2>/dev/null || echo 0)
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
       sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n 1)
@@ -85,13 +101,12 @@ softroce_prepare_kernel() {
     fi
     return 0
   fi
-  echo "softroce: preparing kernel $SOFTROCE_KVER in $SOFTROCE_CACHE (once)" >&2
+  softroce_note "preparing kernel $SOFTROCE_KVER in $SOFTROCE_CACHE (once)"
   rm -rf "$kdir" "$kdir.partial"
   dl=$(mktemp -d "$SOFTROCE_CACHE/download.XXXXXX") || softroce_die "mktemp in $SOFTROCE_CACHE"
   # apt's sandbox user (_apt) cannot reach a root-only cache dir: download as ourselves.
-  (cd "$dl" && apt-get download -q -o APT::Sandbox::User="$(id -un)" \
-    "linux-image-$SOFTROCE_KVER" >/dev/null) ||
-    softroce_die "apt-get download linux-image-$SOFTROCE_KVER failed"
+  (cd "$dl" && softroce_apt download download -q -o APT::Sandbox::User="$(id -un)" \
+    "linux-image-$SOFTROCE_KVER") || exit 125
   mkdir -p "$kdir.partial"
   dpkg -x "$dl"/linux-image-"$SOFTROCE_KVER"_*.deb "$kdir.partial" ||
     softroce_die "dpkg -x linux-image-$SOFTROCE_KVER failed"
@@ -112,10 +127,12 @@ softroce_extract_vmlinux() {
   local bz=$1 out=$2 off
   off=$(LC_ALL=C grep -abo -m1 -P '\xfd7zXZ\x00' "$bz" | head -n 1 | cut -d: -f1)
   [[ -n $off ]] || return 0
-  tail -c +$((off + 1)) "$bz" | xz -dc --single-stream >"$out.tmp" 2>/dev/null || {
+  # xz stops after the kernel's stream, so tail may die of SIGPIPE: only xz's status counts.
+  tail -c +$((off + 1)) "$bz" 2>/dev/null | xz -dc --single-stream >"$out.tmp" 2>/dev/null
+  if ((PIPESTATUS[1] != 0)); then
     rm -f "$out.tmp"
     return 0
-  }
+  fi
   # XEN_ELFNOTE_PHYS32_ENTRY (0x12): namesz 4, descsz 8, type 0x12, "Xen\0".
   if [[ $(head -c 4 "$out.tmp") == $'\x7fELF' ]] &&
     LC_ALL=C grep -qaP '\x04\x00\x00\x00\x08\x00\x00\x00\x12\x00\x00\x00Xen\x00' "$out.tmp"; then
