@@ -32,10 +32,13 @@ softroce_read() {
 }
 
 # Prints "INDEX IPV4" for the first IPv4-mapped RoCE v2 GID of port 1 of $1, retrying for up to
-# ~5 s because the GID appears asynchronously after the address and the link come up.
+# SOFTROCE_GID_WAIT seconds because the GID appears asynchronously after the address and the link
+# come up (usually within 0.2 s; a guest on a busy host can take much longer).
+SOFTROCE_GID_WAIT=30
 softroce_find_gid() {
-  local dev=$1 base=/sys/class/infiniband/$1/ports/1 try i gid type hex
-  for ((try = 0; try < 100; try++)); do
+  local dev=$1 base=/sys/class/infiniband/$1/ports/1 deadline i gid type hex
+  deadline=$((EPOCHSECONDS + SOFTROCE_GID_WAIT))
+  while ((EPOCHSECONDS <= deadline)); do
     for ((i = 0; i < SOFTROCE_GID_SCAN; i++)); do
       softroce_read gid "$base/gids/$i" || continue
       [[ $gid == "$SOFTROCE_V4_PREFIX"* ]] || continue
