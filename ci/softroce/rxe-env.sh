@@ -13,10 +13,10 @@
 #                QP never reaches RTR.
 #   --mtu 4096:  netdev MTU 9000, so active_mtu becomes 4096 (1024 otherwise).
 
-# The GID table has 1024 entries per port and each sysfs read costs a process-free but slow trip
-# under TCG (all 1024 took 36 s): the IPv4-mapped GID is always among the first few.
-readonly SOFTROCE_GID_SCAN=16
-readonly SOFTROCE_V4_PREFIX="0000:0000:0000:0000:0000:ffff:"
+# The GID table has 1024 entries per port and reading all of them took 36 s under TCG; the
+# IPv4-mapped GID is always among the first few. (Not readonly: this file may be sourced twice.)
+SOFTROCE_GID_SCAN=16
+SOFTROCE_V4_PREFIX="0000:0000:0000:0000:0000:ffff:"
 
 SOFTROCE_ERR=""
 
