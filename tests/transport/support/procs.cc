@@ -1,0 +1,240 @@
+#include "tests/transport/support/procs.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace rdmx::test {
+
+namespace {
+
+bool write_all(int fd, const void* data, std::size_t n) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) {
+      continue;
+    }
+    if (w <= 0) {
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, std::size_t n) {
+  auto* p = static_cast<std::uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r <= 0) {
+      return false;
+    }
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool send_blob(int fd, const void* data, std::size_t n) {
+  const auto len = static_cast<std::uint32_t>(n);
+  return write_all(fd, &len, sizeof(len)) && (n == 0 || write_all(fd, data, n));
+}
+
+bool recv_blob(int fd, Blob* out) {
+  std::uint32_t len = 0;
+  if (!read_all(fd, &len, sizeof(len))) {
+    return false;
+  }
+  out->resize(len);
+  return len == 0 || read_all(fd, out->data(), len);
+}
+
+}  // namespace
+
+std::vector<Blob> Rank::allgather(const void* data, std::size_t length) {
+  if (!send_blob(fd_, data, length)) {
+    fail(__FILE__, __LINE__, "allgather: parent gone");
+  }
+  std::vector<Blob> all(static_cast<std::size_t>(size_));
+  for (auto& b : all) {
+    if (!recv_blob(fd_, &b)) {
+      fail(__FILE__, __LINE__, "allgather: parent gone");
+    }
+  }
+  return all;
+}
+
+void Rank::fail(const char* file, int line, const std::string& message) const {
+  std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank_, file, line, message.c_str());
+  std::fflush(stderr);
+  _exit(1);
+}
+
+::testing::AssertionResult run_ranks(int n, const std::function<void(Rank&)>& fn,
+                                     RunOptions options) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  std::vector<int> fds;
+  for (int r = 0; r < n; ++r) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+      return ::testing::AssertionFailure() << "socketpair: " << std::strerror(errno);
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (int fd : fds) {
+        close(fd);
+      }
+      close(sv[0]);
+      Rank rank(r, n, sv[1]);
+      fn(rank);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(0);
+    }
+    close(sv[1]);
+    pids.push_back(pid);
+    fds.push_back(sv[0]);
+  }
+
+  // Serve allgather rounds until every rank has closed its socket.
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  std::vector<Blob> round(static_cast<std::size_t>(n));
+  std::vector<bool> have(static_cast<std::size_t>(n), false);
+  std::vector<bool> open(static_cast<std::size_t>(n), true);
+  int open_count = n;
+  bool timed_out = false;
+  while (open_count > 0) {
+    std::vector<pollfd> pfds;
+    for (int r = 0; r < n; ++r) {
+      if (open[static_cast<std::size_t>(r)] && !have[static_cast<std::size_t>(r)]) {
+        pfds.push_back(
+            pollfd{.fd = fds[static_cast<std::size_t>(r)], .events = POLLIN, .revents = 0});
+      }
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (pfds.empty()) {
+      break;  // ranks wait in a round that closed ranks will never join
+    }
+    const int rc =
+        poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (rc < 0 && errno != EINTR) {
+      break;
+    }
+    for (const pollfd& p : pfds) {
+      if ((p.revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+        continue;
+      }
+      int r = 0;
+      while (fds[static_cast<std::size_t>(r)] != p.fd) {
+        ++r;
+      }
+      const auto ur = static_cast<std::size_t>(r);
+      if (recv_blob(p.fd, &round[ur])) {
+        have[ur] = true;
+      } else {
+        open[ur] = false;
+        --open_count;
+      }
+    }
+    bool complete = true;
+    for (int r = 0; r < n; ++r) {
+      complete &= have[static_cast<std::size_t>(r)];
+    }
+    if (complete) {
+      for (int r = 0; r < n; ++r) {
+        for (const Blob& b : round) {
+          (void)send_blob(fds[static_cast<std::size_t>(r)], b.data(), b.size());
+        }
+      }
+      std::fill(have.begin(), have.end(), false);
+    }
+  }
+  if (timed_out) {
+    for (pid_t pid : pids) {
+      kill(pid, SIGKILL);
+    }
+  }
+  std::ostringstream failures;
+  bool ok = !timed_out;
+  if (timed_out) {
+    failures << "timed out after " << options.timeout.count() << " s; ";
+  }
+  for (int r = 0; r < n; ++r) {
+    int status = 0;
+    while (waitpid(pids[static_cast<std::size_t>(r)], &status, 0) < 0 && errno == EINTR) {
+    }
+    close(fds[static_cast<std::size_t>(r)]);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      continue;
+    }
+    ok = false;
+    if (WIFSIGNALED(status)) {
+      failures << "rank " << r << " killed by signal " << WTERMSIG(status) << "; ";
+    } else {
+      failures << "rank " << r << " exited with " << WEXITSTATUS(status) << "; ";
+    }
+  }
+  if (ok) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << failures.str();
+}
+
+std::vector<std::string> devices() {
+  std::vector<std::string> out;
+  const char* env = std::getenv("RDMX_TEST_DEVICES");
+  if (env == nullptr) {
+    return out;
+  }
+  std::istringstream in(env);
+  for (std::string d; in >> d;) {
+    out.push_back(d);
+  }
+  return out;
+}
+
+rdmx_config_t test_config(const std::string& device, rdmx_transport_t transport) {
+  static thread_local std::string name;  // the config points at it
+  name = device;
+  rdmx_config_t c;
+  rdmx_config_init(&c);
+  (void)rdmx_config_from_env(&c);
+  c.device = name.empty() ? nullptr : name.c_str();
+  c.transport = transport;
+  return c;
+}
+
+int wait_request(Rank& rank, rdmx_worker_t* worker, rdmx_request_t* request, rdmx_status_t* status,
+                 const char* what, std::chrono::milliseconds timeout) {
+  const int rc = rdmx_request_wait(worker, request, status, static_cast<int>(timeout.count()));
+  if (rc == RDMX_ERR_TIMED_OUT) {
+    rank.fail(
+        __FILE__, __LINE__,
+        std::string(what) + " did not complete in " + std::to_string(timeout.count()) + " ms");
+  }
+  return rc;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace rdmx::test

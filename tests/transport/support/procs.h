@@ -1,0 +1,95 @@
+// Multi-process tests without a network: the test forks N children ("ranks"); each creates its
+// own worker AFTER the fork (verbs resources must not cross a fork) and exchanges address blobs
+// and barriers with the others through the parent over socketpairs.
+//
+// Children must not use gtest assertions (their failures would be lost in the child): they use
+// RDMX_CHECK, which prints "rank R: file:line: message" and exits the child with status 1. The
+// parent turns any non-zero exit, signal or timeout into a test failure.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "rdmx/rdmx.h"
+
+namespace rdmx::test {
+
+using Blob = std::vector<std::uint8_t>;
+
+class Rank {
+ public:
+  Rank(int rank, int size, int fd) : rank_(rank), size_(size), fd_(fd) {}
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Every rank contributes `data`; every rank gets all contributions in rank order.
+  std::vector<Blob> allgather(const void* data, std::size_t length);
+  void barrier() { (void)allgather(nullptr, 0); }
+  [[noreturn]] void fail(const char* file, int line, const std::string& message) const;
+
+ private:
+  int rank_;
+  int size_;
+  int fd_;
+};
+
+struct RunOptions {
+  std::chrono::seconds timeout{120};
+};
+
+// Forks `n` ranks running fn; waits for all. Fails when a rank fails, dies or times out (then
+// every rank is killed).
+::testing::AssertionResult run_ranks(int n, const std::function<void(Rank&)>& fn,
+                                     RunOptions options = {});
+
+// --- helpers for rank bodies
+
+// "rxe1 rxe2" -> {"rxe1", "rxe2"}; empty without a device environment.
+std::vector<std::string> devices();
+
+// A config from the defaults and the RDMX_* environment, naming `device` (empty: the default,
+// the first active device).
+rdmx_config_t test_config(const std::string& device, rdmx_transport_t transport);
+
+// Progresses until the request completes or `timeout` passes (then fails the rank).
+// `what` names the request in the failure message.
+int wait_request(Rank& rank, rdmx_worker_t* worker, rdmx_request_t* request, rdmx_status_t* status,
+                 const char* what = "request",
+                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+double seconds_since(std::chrono::steady_clock::time_point t0);
+
+}  // namespace rdmx::test
+
+#define RDMX_CHECK(rank, cond)                                 \
+  do {                                                         \
+    if (!(cond)) {                                             \
+      (rank).fail(__FILE__, __LINE__, "check failed: " #cond); \
+    }                                                          \
+  } while (0)
+
+#define RDMX_CHECK_EQ(rank, a, b)                                                                \
+  do {                                                                                           \
+    const auto _va = (a);                                                                        \
+    const auto _vb = (b);                                                                        \
+    if (!(_va == _vb)) {                                                                         \
+      (rank).fail(__FILE__, __LINE__,                                                            \
+                  std::string(#a " == " #b ": ") + std::to_string(static_cast<long long>(_va)) + \
+                      " vs " + std::to_string(static_cast<long long>(_vb)));                     \
+    }                                                                                            \
+  } while (0)
+
+#define RDMX_CHECK_OK(rank, expr)                                                              \
+  do {                                                                                         \
+    const int _rc = (expr);                                                                    \
+    if (_rc != RDMX_OK) {                                                                      \
+      (rank).fail(__FILE__, __LINE__,                                                          \
+                  std::string(#expr " -> ") + std::to_string(_rc) + " " + rdmx_strerror(_rc)); \
+    }                                                                                          \
+  } while (0)

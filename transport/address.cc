@@ -1,0 +1,127 @@
+#include "transport/address.h"
+
+#include <cstring>
+
+#include "rdmx/rdmx.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+class Writer {
+ public:
+  explicit Writer(std::uint8_t* p) : p_(p) {}
+  template <class T>
+  void put(T v) {
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+      *p_++ = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i));
+    }
+  }
+  void bytes(const std::uint8_t* src, std::size_t n) {
+    std::memcpy(p_, src, n);
+    p_ += n;
+  }
+  const std::uint8_t* pos() const { return p_; }
+
+ private:
+  std::uint8_t* p_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::uint8_t* p) : p_(p) {}
+  template <class T>
+  T get() {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+      v |= std::uint64_t{*p_++} << (8 * i);
+    }
+    return static_cast<T>(v);
+  }
+  void bytes(std::uint8_t* dst, std::size_t n) {
+    std::memcpy(dst, p_, n);
+    p_ += n;
+  }
+
+ private:
+  const std::uint8_t* p_;
+};
+
+}  // namespace
+
+AddressBytes encode_address(const WorkerAddress& a) noexcept {
+  AddressBytes out{};
+  Writer w(out.data());
+  w.put<std::uint32_t>(kAddressMagic);
+  w.put<std::uint8_t>(kAddressVersion);
+  w.put<std::uint8_t>(a.transport);
+  w.put<std::uint8_t>(a.port);
+  w.put<std::uint8_t>(a.caps);
+  w.put<std::uint64_t>(a.uid);
+  w.put<std::uint64_t>(a.instance);
+  w.bytes(a.gid.data(), a.gid.size());
+  w.put<std::uint16_t>(a.lid);
+  w.put<std::uint8_t>(a.link_layer);
+  w.put<std::uint8_t>(0);
+  w.put<std::uint32_t>(a.mtu);
+  w.put<std::uint32_t>(a.ctrl_qpn);
+  for (const auto q : a.ud_qpn) {
+    w.put<std::uint32_t>(q);
+  }
+  for (const auto c : a.class_capacity) {
+    w.put<std::uint32_t>(c);
+  }
+  w.put<std::uint32_t>(a.max_inline);
+  w.put<std::uint32_t>(0);
+  return out;
+}
+
+int decode_address(const void* data, std::size_t length, WorkerAddress* out) noexcept {
+  if (data == nullptr || out == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  if (length < 5) {
+    return RDMX_ERR_BAD_ADDRESS;
+  }
+  Reader r(static_cast<const std::uint8_t*>(data));
+  if (r.get<std::uint32_t>() != kAddressMagic) {
+    return RDMX_ERR_BAD_ADDRESS;
+  }
+  if (r.get<std::uint8_t>() != kAddressVersion || length != kAddressSize) {
+    return RDMX_ERR_BAD_ADDRESS;
+  }
+  WorkerAddress a;
+  a.transport = r.get<std::uint8_t>();
+  a.port = r.get<std::uint8_t>();
+  a.caps = r.get<std::uint8_t>();
+  a.uid = r.get<std::uint64_t>();
+  a.instance = r.get<std::uint64_t>();
+  r.bytes(a.gid.data(), a.gid.size());
+  a.lid = r.get<std::uint16_t>();
+  a.link_layer = r.get<std::uint8_t>();
+  (void)r.get<std::uint8_t>();
+  a.mtu = r.get<std::uint32_t>();
+  a.ctrl_qpn = r.get<std::uint32_t>();
+  for (auto& q : a.ud_qpn) {
+    q = r.get<std::uint32_t>();
+  }
+  for (auto& c : a.class_capacity) {
+    c = r.get<std::uint32_t>();
+  }
+  a.max_inline = r.get<std::uint32_t>();
+  (void)r.get<std::uint32_t>();
+
+  const bool transport_ok = a.transport == RDMX_TRANSPORT_RC || a.transport == RDMX_TRANSPORT_UD;
+  const bool qpns_ok = a.ctrl_qpn != 0 && a.ctrl_qpn < (1u << 24) &&
+                       (a.transport != RDMX_TRANSPORT_UD ||
+                        (a.ud_qpn[0] != 0 && a.ud_qpn[1] != 0 && (a.caps & kCapUd) != 0));
+  const bool sizes_ok = a.class_capacity[0] != 0 && a.class_capacity[1] > a.class_capacity[0] &&
+                        a.mtu >= 256 && a.port != 0;
+  if (!transport_ok || !qpns_ok || !sizes_ok || a.uid == 0 || a.uid == RDMX_ANY_SOURCE) {
+    return RDMX_ERR_BAD_ADDRESS;
+  }
+  *out = a;
+  return RDMX_OK;
+}
+
+}  // namespace rdmx::transport

@@ -1,0 +1,65 @@
+// The worker address blob: what a peer needs to reach this worker, exchanged out of band (MPI's
+// modex gives one blob per process). It names the worker's UD control QP, over which RC
+// connections are set up on demand, and in UD mode its UD data QPs.
+//
+// Layout (little-endian, kAddressSize bytes, no padding; encode/decode never memcpy a struct):
+//
+//   byte 0      4       5       6       7       8               16              24
+//       +-------+-------+-------+-------+-------+---------------+---------------+
+//     0 | magic "RDMX"  |version|transp.| port  | caps  |  uid (64)     | instance (64) |
+//       +---------------+-------+-------+-------+-------+---------------+---------------+
+//    24 | gid (16 bytes: RoCE v2 IPv4-mapped, or the IB port GID)                       |
+//    40 | lid (16) | link layer (8) | pad (8) | mtu bytes (32) | ctrl qpn (32)           |
+//    52 | ud qpn small (32) | ud qpn large (32) | small cap (32) | large cap (32)          |
+//    68 | max inline (32) | reserved (32)                                                |
+//   76 end
+//
+// - transport: the data transport of the worker (1 = RC, 2 = UD). Workers of one job must agree.
+// - instance: random per worker; a restarted process with the same uid gets another one, so
+//   stale connection messages are recognised.
+// - small cap / large cap: payload bytes of the worker's receive buffers per size class; a
+//   sender picks the class (and so the QP) by message size against these.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace rdmx::transport {
+
+inline constexpr std::uint32_t kAddressMagic = 0x584d4452;  // "RDMX" read as little-endian
+inline constexpr std::uint8_t kAddressVersion = 1;
+inline constexpr std::size_t kAddressSize = 76;
+inline constexpr int kNumClasses = 2;  // size classes: 0 small, 1 large
+
+// Capability bits.
+inline constexpr std::uint8_t kCapRc = 1u << 0;  // can take RC connection requests
+inline constexpr std::uint8_t kCapUd = 1u << 1;  // UD data QPs are valid
+
+struct WorkerAddress {
+  std::uint8_t transport = 0;  // rdmx_transport_t value, never AUTO
+  std::uint8_t port = 0;
+  std::uint8_t caps = 0;
+  std::uint64_t uid = 0;
+  std::uint64_t instance = 0;
+  std::array<std::uint8_t, 16> gid{};
+  std::uint16_t lid = 0;
+  std::uint8_t link_layer = 0;  // IBV_LINK_LAYER_*
+  std::uint32_t mtu = 0;        // active path MTU in bytes
+  std::uint32_t ctrl_qpn = 0;
+  std::array<std::uint32_t, kNumClasses> ud_qpn{};
+  std::array<std::uint32_t, kNumClasses> class_capacity{};
+  std::uint32_t max_inline = 0;
+
+  friend bool operator==(const WorkerAddress&, const WorkerAddress&) = default;
+};
+
+using AddressBytes = std::array<std::uint8_t, kAddressSize>;
+
+AddressBytes encode_address(const WorkerAddress& address) noexcept;
+
+// RDMX_OK, RDMX_ERR_INVALID_PARAM (null/short) or RDMX_ERR_BAD_ADDRESS (wrong magic or version,
+// inconsistent fields).
+int decode_address(const void* data, std::size_t length, WorkerAddress* out) noexcept;
+
+}  // namespace rdmx::transport

@@ -1,0 +1,158 @@
+// The C API (include/rdmx/rdmx.h): argument checks and translation, nothing else.
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "rdmx/rdmx.h"
+#include "transport/config.h"
+#include "transport/worker.h"
+
+using rdmx::transport::Request;
+using rdmx::transport::Worker;
+
+namespace {
+
+bool valid_request(const rdmx_request_t* r) {
+  return r != nullptr && rdmx::transport::to_request(r)->magic == rdmx::transport::kRequestMagic;
+}
+
+}  // namespace
+
+extern "C" {
+
+int rdmx_worker_create(const rdmx_config_t* config, rdmx_worker_t** worker) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  *worker = nullptr;
+  rdmx_config_t c;
+  if (config == nullptr) {
+    rdmx_config_init(&c);
+    if (const int rc = rdmx_config_from_env(&c); rc != RDMX_OK) {
+      return rc;
+    }
+  } else {
+    c = *config;
+  }
+  Worker* w = nullptr;
+  const int rc = Worker::create(c, &w);
+  if (rc == RDMX_OK) {
+    *worker = w->handle();
+  }
+  return rc;
+}
+
+void rdmx_worker_destroy(rdmx_worker_t* worker) {
+  if (worker != nullptr) {
+    delete worker->impl;
+  }
+}
+
+int rdmx_worker_address(rdmx_worker_t* worker, const void** address, size_t* length) {
+  if (worker == nullptr || address == nullptr || length == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  *address = worker->impl->address();
+  *length = worker->impl->address_length();
+  return RDMX_OK;
+}
+
+int rdmx_worker_progress(rdmx_worker_t* worker) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->progress();
+}
+
+uint64_t rdmx_worker_uid(const rdmx_worker_t* worker) {
+  return worker == nullptr ? 0 : worker->impl->uid();
+}
+
+int rdmx_ep_create(rdmx_worker_t* worker, const void* address, size_t length, rdmx_ep_t** ep) {
+  if (worker == nullptr || address == nullptr || ep == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->ep_create(address, length, ep);
+}
+
+void rdmx_ep_destroy(rdmx_ep_t* ep) {
+  if (ep != nullptr && ep->peer != nullptr && ep->worker != nullptr) {
+    ep->worker->ep_destroy(*ep->peer);
+  }
+}
+
+int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags,
+                  rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
+  if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr || request == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return ep->worker->tag_send(*ep->peer, buffer, length, tag, flags,
+                              rdmx::transport::to_request(request), callback, user_data);
+}
+
+int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source, uint64_t tag,
+                  uint64_t tag_mask, rdmx_request_t* request, rdmx_callback_t callback,
+                  void* user_data) {
+  if (worker == nullptr || request == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->tag_recv(buffer, length, source, tag, tag_mask,
+                                rdmx::transport::to_request(request), callback, user_data);
+}
+
+int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_t tag_mask,
+                   rdmx_status_t* status, rdmx_message_t** message) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->probe(source, tag, tag_mask, status, message);
+}
+
+int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buffer, size_t length,
+                      rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
+  if (worker == nullptr || message == nullptr || request == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->msg_recv(reinterpret_cast<rdmx::transport::MsgDesc*>(message), buffer,
+                                length, rdmx::transport::to_request(request), callback, user_data);
+}
+
+int rdmx_request_test(const rdmx_request_t* request, rdmx_status_t* status) {
+  if (!valid_request(request)) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  const Request* r = rdmx::transport::to_request(request);
+  if (r->state != rdmx::transport::ReqState::kDone) {
+    return RDMX_INPROGRESS;
+  }
+  if (status != nullptr) {
+    *status = r->status;
+  }
+  return r->status.error;
+}
+
+int rdmx_request_wait(rdmx_worker_t* worker, rdmx_request_t* request, rdmx_status_t* status,
+                      int timeout_ms) {
+  if (worker == nullptr || !valid_request(request)) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->wait(rdmx::transport::to_request(request), status, timeout_ms);
+}
+
+int rdmx_request_cancel(rdmx_worker_t* worker, rdmx_request_t* request) {
+  if (worker == nullptr || !valid_request(request)) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->cancel(rdmx::transport::to_request(request));
+}
+
+int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats) {
+  if (worker == nullptr || stats == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  worker->impl->stats(stats);
+  return RDMX_OK;
+}
+
+}  // extern "C"

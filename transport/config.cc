@@ -1,0 +1,362 @@
+#include "transport/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "protocol/wire.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return (x | 0x20) == (y | 0x20);
+         });
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> parse_u64(std::string_view text) {
+  text = trim(text);
+  int base = 10;
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    base = 16;
+    text.remove_prefix(2);
+  }
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+  text = trim(text);
+  std::uint64_t scale = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'k':
+      case 'K':
+        scale = 1ull << 10;
+        break;
+      case 'm':
+      case 'M':
+        scale = 1ull << 20;
+        break;
+      case 'g':
+      case 'G':
+        scale = 1ull << 30;
+        break;
+      default:
+        break;
+    }
+    if (scale != 1) {
+      text.remove_suffix(1);
+    }
+  }
+  const auto value = parse_u64(text);
+  if (!value || *value > std::numeric_limits<std::uint64_t>::max() / scale) {
+    return std::nullopt;
+  }
+  return *value * scale;
+}
+
+std::optional<std::int64_t> parse_int(std::string_view text) {
+  text = trim(text);
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<double> parse_fraction(std::string_view text) {
+  const std::string s(trim(text));
+  if (s.empty()) {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v) || v < 0.0 || v > 1.0) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<rdmx_transport_t> parse_transport(std::string_view text) {
+  text = trim(text);
+  if (iequals(text, "rc")) {
+    return RDMX_TRANSPORT_RC;
+  }
+  if (iequals(text, "ud")) {
+    return RDMX_TRANSPORT_UD;
+  }
+  if (iequals(text, "auto")) {
+    return RDMX_TRANSPORT_AUTO;
+  }
+  return std::nullopt;
+}
+
+const char* transport_name(rdmx_transport_t transport) noexcept {
+  switch (transport) {
+    case RDMX_TRANSPORT_RC:
+      return "rc";
+    case RDMX_TRANSPORT_UD:
+      return "ud";
+    case RDMX_TRANSPORT_AUTO:
+      return "auto";
+  }
+  return "?";
+}
+
+int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* error) {
+  int rc = RDMX_OK;
+  auto fail = [&](const char* name, const char* value, const char* expected) {
+    if (rc == RDMX_OK && error != nullptr) {
+      *error = std::string(name) + "='" + value + "' is not " + expected;
+    }
+    rc = RDMX_ERR_INVALID_PARAM;
+  };
+  auto get = [&](const char* name) -> const char* {
+    const char* v = lookup(name, user);
+    return (v != nullptr && *v != '\0') ? v : nullptr;
+  };
+  auto u32 = [&](const char* name, std::uint32_t* field, bool size) {
+    if (const char* v = get(name)) {
+      const auto x = size ? parse_size(v) : parse_u64(v);
+      if (!x || *x > std::numeric_limits<std::uint32_t>::max()) {
+        fail(name, v, size ? "a size (e.g. 4096 or 8k)" : "an unsigned 32-bit number");
+      } else {
+        *field = static_cast<std::uint32_t>(*x);
+      }
+    }
+  };
+  auto sz = [&](const char* name, std::size_t* field) {
+    if (const char* v = get(name)) {
+      const auto x = parse_size(v);
+      if (!x) {
+        fail(name, v, "a size (e.g. 4096 or 8k)");
+      } else {
+        *field = static_cast<std::size_t>(*x);
+      }
+    }
+  };
+  auto integer = [&](const char* name, int* field, int lo, int hi) {
+    if (const char* v = get(name)) {
+      const auto x = parse_int(v);
+      if (!x || *x < lo || *x > hi) {
+        fail(name, v,
+             ("an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
+      } else {
+        *field = static_cast<int>(*x);
+      }
+    }
+  };
+
+  if (const char* v = get("RDMX_DEVICE")) {
+    config->device = v;
+  }
+  integer("RDMX_PORT", &config->port, 0, 255);
+  integer("RDMX_GID_INDEX", &config->gid_index, -1, 65535);
+  if (const char* v = get("RDMX_TRANSPORT")) {
+    if (const auto t = parse_transport(v)) {
+      config->transport = *t;
+    } else {
+      fail("RDMX_TRANSPORT", v, "one of rc, ud, auto");
+    }
+  }
+  u32("RDMX_AUTO_UD_PEERS", &config->auto_ud_peers, false);
+  u32("RDMX_SMALL_BUF", &config->small_buf_size, true);
+  u32("RDMX_LARGE_BUF", &config->large_buf_size, true);
+  u32("RDMX_SRQ_DEPTH", &config->srq_depth, false);
+  u32("RDMX_SRQ_LOW_WATERMARK", &config->srq_low_watermark, false);
+  sz("RDMX_EAGER_LIMIT", &config->eager_limit);
+  sz("RDMX_RNDV_THRESH", &config->rndv_thresh);
+  if (const char* v = get("RDMX_UID")) {
+    const auto x = parse_u64(v);
+    if (!x || *x == RDMX_ANY_SOURCE) {
+      fail("RDMX_UID", v, "a 64-bit number other than 2^64-1");
+    } else {
+      config->uid = *x;
+    }
+  }
+  if (const char* v = get("RDMX_UD_DROP_RATE")) {
+    if (const auto x = parse_fraction(v)) {
+      config->ud_drop_rate = *x;
+    } else {
+      fail("RDMX_UD_DROP_RATE", v, "a fraction in [0, 1]");
+    }
+  }
+  u32("RDMX_UD_RTO_US", &config->ud_rto_us, false);
+  u32("RDMX_PEER_TIMEOUT_MS", &config->peer_timeout_ms, false);
+  integer("RDMX_VERBOSE", &config->verbose, 0, 9);
+  return rc;
+}
+
+bool choose_ud(const rdmx_config_t& config) noexcept {
+  switch (config.transport) {
+    case RDMX_TRANSPORT_RC:
+      return false;
+    case RDMX_TRANSPORT_UD:
+      return true;
+    case RDMX_TRANSPORT_AUTO:
+      break;
+  }
+  return config.auto_ud_peers != 0 && config.expected_peers >= config.auto_ud_peers;
+}
+
+int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
+            std::string* error) {
+  auto fail = [&](std::string text) {
+    if (error != nullptr) {
+      *error = std::move(text);
+    }
+    return RDMX_ERR_INVALID_PARAM;
+  };
+  if (config.transport != RDMX_TRANSPORT_AUTO && config.transport != RDMX_TRANSPORT_RC &&
+      config.transport != RDMX_TRANSPORT_UD) {
+    return fail("transport " + std::to_string(static_cast<int>(config.transport)) +
+                " is not rc, ud or auto (RDMX_TRANSPORT)");
+  }
+  if (config.small_buf_size < kMinSmallBuf) {
+    return fail("small_buf_size " + std::to_string(config.small_buf_size) + " is below " +
+                std::to_string(kMinSmallBuf) + " (RDMX_SMALL_BUF)");
+  }
+  if (config.large_buf_size <= config.small_buf_size || config.large_buf_size > kMaxLargeBuf) {
+    return fail("large_buf_size " + std::to_string(config.large_buf_size) +
+                " must be above small_buf_size " + std::to_string(config.small_buf_size) +
+                " and at most " + std::to_string(kMaxLargeBuf) + " (RDMX_LARGE_BUF)");
+  }
+  if (config.srq_depth > kMaxSrqDepth) {
+    return fail("srq_depth " + std::to_string(config.srq_depth) + " is above " +
+                std::to_string(kMaxSrqDepth) + " (RDMX_SRQ_DEPTH)");
+  }
+  if (config.ud_drop_rate < 0.0 || config.ud_drop_rate > 1.0 || std::isnan(config.ud_drop_rate)) {
+    return fail("ud_drop_rate must be in [0, 1] (RDMX_UD_DROP_RATE)");
+  }
+  if (config.uid == RDMX_ANY_SOURCE) {
+    return fail("uid 2^64-1 is RDMX_ANY_SOURCE (RDMX_UID)");
+  }
+  if (config.port < 0 || config.port > 255) {
+    return fail("port " + std::to_string(config.port) + " is not in [0, 255] (RDMX_PORT)");
+  }
+  if (config.gid_index < -1) {
+    return fail("gid_index " + std::to_string(config.gid_index) + " is below -1 (RDMX_GID_INDEX)");
+  }
+
+  Resolved r;
+  r.ud = choose_ud(config);
+  r.srq_depth = std::max(config.srq_depth, kMinSrqDepth);
+  // Refill in batches of up to 32 (eRPC/UCX use 16-32), but at most a quarter of the queue so
+  // that a tiny SRQ is refilled long before it runs dry.
+  r.refill_batch = std::clamp<std::uint32_t>(r.srq_depth / 4, 1, 32);
+  r.low_watermark = config.srq_low_watermark != 0 ? config.srq_low_watermark : r.srq_depth / 4;
+  // The limit event must be able to fire before the queue is empty and after a refill batch.
+  r.low_watermark = std::clamp<std::uint32_t>(r.low_watermark, 1, r.srq_depth - r.refill_batch);
+
+  const auto header = static_cast<std::uint32_t>(protocol::kHeaderSize);
+  if (r.ud) {
+    if (path_mtu <= header + kMinSmallBuf) {
+      return fail("path MTU " + std::to_string(path_mtu) + " is too small for UD");
+    }
+    // UD messages are one packet: header + payload <= path MTU.
+    r.large_buf = path_mtu - header;
+    r.small_buf = std::min(config.small_buf_size, r.large_buf / 2);
+  } else {
+    r.small_buf = config.small_buf_size;
+    r.large_buf = config.large_buf_size;
+  }
+  r.eager_limit = std::min<std::size_t>(config.eager_limit, r.large_buf);
+  *out = r;
+  return RDMX_OK;
+}
+
+std::uint64_t derive_uid(std::string_view host, std::uint32_t pid, std::uint32_t counter) noexcept {
+  // FNV-1a of the host name in the high 32 bits, pid and a per-process counter below: unique
+  // among the processes of one job as long as host names differ.
+  std::uint32_t h = 2166136261u;
+  for (const char c : host) {
+    h = (h ^ static_cast<std::uint8_t>(c)) * 16777619u;
+  }
+  std::uint64_t uid =
+      (std::uint64_t{h} << 32) | (std::uint64_t{pid & 0xffffffu} << 8) | (counter & 0xffu);
+  if (uid == 0 || uid == RDMX_ANY_SOURCE) {
+    uid = 1;
+  }
+  return uid;
+}
+
+}  // namespace rdmx::transport
+
+namespace {
+const char* getenv_lookup(const char* name, void*) {
+  return std::getenv(name);
+}
+}  // namespace
+
+using namespace rdmx::transport;  // NOLINT: the C functions below use the defaults
+
+extern "C" {
+
+void rdmx_config_init(rdmx_config_t* c) {
+  if (c == nullptr) {
+    return;
+  }
+  *c = rdmx_config_t{};
+  c->device = nullptr;
+  c->port = 0;
+  c->gid_index = -1;
+  c->transport = RDMX_TRANSPORT_AUTO;
+  c->expected_peers = 0;
+  c->auto_ud_peers = kDefaultAutoUdPeers;
+  c->small_buf_size = kDefaultSmallBuf;
+  c->large_buf_size = kDefaultLargeBuf;
+  c->srq_depth = kDefaultSrqDepth;
+  c->srq_low_watermark = kDefaultSrqLowWatermark;
+  c->eager_limit = kDefaultEagerLimit;
+  c->rndv_thresh = kDefaultRndvThresh;
+  c->uid = 0;
+  c->ud_drop_rate = 0.0;
+  c->ud_rto_us = kDefaultUdRtoUs;
+  c->peer_timeout_ms = kDefaultPeerTimeoutMs;
+  c->verbose = 0;
+}
+
+int rdmx_config_from_env(rdmx_config_t* c) {
+  if (c == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  std::string error;
+  const int rc = apply_env(c, getenv_lookup, nullptr, &error);
+  if (rc != RDMX_OK) {
+    std::fprintf(stderr, "rdmx: %s\n", error.c_str());
+  }
+  return rc;
+}
+
+}  // extern "C"

@@ -1,0 +1,73 @@
+// Configuration: defaults, RDMX_* environment variables and the derived values the worker uses.
+//
+// rdmx_config_init() and rdmx_config_from_env() (include/rdmx/rdmx.h) are thin wrappers over the
+// functions here; the parsers are pure so that they are unit-tested on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rdmx/rdmx.h"
+
+namespace rdmx::transport {
+
+// Defaults (see README "Defaults" for the reasoning).
+inline constexpr std::uint32_t kDefaultAutoUdPeers = 64;     // MVAPICH2-like: UD from 64 peers
+inline constexpr std::uint32_t kDefaultSmallBuf = 1024;      // payload bytes, small class
+inline constexpr std::uint32_t kDefaultLargeBuf = 8192;      // payload bytes, large class (RC)
+inline constexpr std::uint32_t kDefaultSrqDepth = 512;       // receive buffers per SRQ
+inline constexpr std::uint32_t kDefaultSrqLowWatermark = 0;  // 0 = derived: depth / 4
+inline constexpr std::size_t kDefaultEagerLimit = kDefaultLargeBuf;
+inline constexpr std::size_t kDefaultRndvThresh = kDefaultLargeBuf + 1;
+inline constexpr std::uint32_t kDefaultUdRtoUs = 2000;
+inline constexpr std::uint32_t kDefaultPeerTimeoutMs = 30000;  // UCX's peer timeout
+
+// A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
+// watermark collapse onto each other, so smaller requests are raised to it.
+inline constexpr std::uint32_t kMinSrqDepth = 16;
+inline constexpr std::uint32_t kMaxSrqDepth = 1u << 16;
+inline constexpr std::uint32_t kMinSmallBuf = 64;
+inline constexpr std::uint32_t kMaxLargeBuf = 1u << 20;
+
+// Parsers for one environment value. Sizes accept a k/K, m/M or g/G suffix (powers of 1024).
+std::optional<std::uint64_t> parse_u64(std::string_view text);  // decimal or 0x hex
+std::optional<std::uint64_t> parse_size(std::string_view text);
+std::optional<std::int64_t> parse_int(std::string_view text);
+std::optional<double> parse_fraction(std::string_view text);  // a number in [0, 1]
+std::optional<rdmx_transport_t> parse_transport(std::string_view text);
+const char* transport_name(rdmx_transport_t transport) noexcept;
+
+// A getenv-like lookup, so tests can feed their own environment.
+using EnvLookup = const char* (*)(const char* name, void* user);
+
+// Applies every RDMX_* variable found through `lookup` to *config. Returns RDMX_OK, or
+// RDMX_ERR_INVALID_PARAM with *error naming the variable and the value it could not parse (the
+// remaining variables are still applied).
+int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* error);
+
+// The values a worker runs with, after checking and deriving from a config. Pure: no device.
+struct Resolved {
+  std::uint32_t small_buf = 0;  // payload bytes per small receive buffer
+  std::uint32_t large_buf = 0;  // payload bytes per large receive buffer
+  std::uint32_t srq_depth = 0;
+  std::uint32_t low_watermark = 0;
+  std::uint32_t refill_batch = 0;
+  std::size_t eager_limit = 0;
+  bool ud = false;
+};
+
+// Checks a configuration (*error says what is wrong and which variable fixes it) and derives the
+// worker's sizes. path_mtu is the port's active MTU in bytes: on UD it caps both classes.
+int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out, std::string* error);
+
+// RC or UD for a configuration (transport=auto: UD when expected_peers >= auto_ud_peers).
+bool choose_ud(const rdmx_config_t& config) noexcept;
+
+// 0 in the config means "derive from host and pid"; this is that derivation (never 0, never
+// RDMX_ANY_SOURCE). `counter` separates several workers of one process.
+std::uint64_t derive_uid(std::string_view host, std::uint32_t pid, std::uint32_t counter) noexcept;
+
+}  // namespace rdmx::transport

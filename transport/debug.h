@@ -1,0 +1,36 @@
+// Test and debug hooks that are not part of the public C API: wr_id accounting of a live worker
+// and the report of the last rdmx_worker_destroy in this process.
+#pragma once
+
+#include <cstdint>
+
+#include "rdmx/rdmx.h"
+
+namespace rdmx::transport::debug {
+
+struct WrIds {
+  std::uint64_t recv_posted = 0;       // receive WRs posted (SRQs and control)
+  std::uint64_t recv_completed = 0;    // receive completions polled (success or flush)
+  std::uint64_t recv_reclaimed = 0;    // still in an SRQ when it was destroyed (no completion)
+  std::uint64_t send_outstanding = 0;  // send WRs posted and not yet retired
+  // Every wr_id posted and not yet accounted for: 0 after a clean destroy.
+  std::uint64_t outstanding() const noexcept {
+    return recv_posted - recv_completed - recv_reclaimed + send_outstanding;
+  }
+};
+
+struct DestroyReport {
+  bool valid = false;
+  WrIds wr_ids;                    // after teardown
+  std::uint64_t teardown_us = 0;   // wall time of rdmx_worker_destroy
+  std::uint32_t qps = 0;           // QPs shut down
+  std::uint32_t qps_last_wqe = 0;  // of which IBV_EVENT_QP_LAST_WQE_REACHED arrived
+  std::uint32_t drain_timeouts = 0;
+  std::uint32_t requests_failed = 0;  // active requests failed by the destroy
+  std::uint32_t destroy_errors = 0;   // verbs destroy calls that failed
+};
+
+WrIds wr_ids(const rdmx_worker_t* worker);
+DestroyReport last_destroy_report();
+
+}  // namespace rdmx::transport::debug

@@ -1,0 +1,92 @@
+// Per-peer state of a worker: connection, ordering, reliability and the queue of sends that
+// wait for the connection or for resources.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "eager/send_queue.h"
+#include "protocol/reliability.h"
+#include "protocol/sequencer.h"
+#include "transport/address.h"
+#include "transport/order_guard.h"
+#include "transport/request.h"
+#include "verbs/ah.h"
+#include "verbs/qp.h"
+
+namespace rdmx::transport {
+class Worker;
+struct Peer;
+}  // namespace rdmx::transport
+
+// The public endpoint handle: one per peer, inside the peer (ep_create on a peer that already
+// has one returns it again and counts the reference).
+struct rdmx_ep {
+  rdmx::transport::Worker* worker;
+  rdmx::transport::Peer* peer;
+};
+
+namespace rdmx::transport {
+
+inline constexpr std::uint32_t kNoIndex = 0xffffffff;
+
+// The connection state machine; every change goes through Worker::set_state, which checks the
+// transition and logs it at verbose >= 2.
+//
+//   kIdle ──ep_create──> kConnecting ──reply──> kConnected
+//     │                      │                      │
+//     └──request from peer───┴──────────────────────┤ (idempotent: re-reply)
+//                            └─timeout─> kFailed <──┘ (QP error, peer timeout, disconnect)
+enum class PeerState : std::uint8_t { kIdle, kConnecting, kConnected, kFailed };
+std::string_view to_string(PeerState state) noexcept;
+
+struct Peer {
+  std::uint32_t index = kNoIndex;  // ours: the matcher's source id, and the src_ep peers use
+  std::uint64_t uid = 0;
+  PeerState state = PeerState::kIdle;
+  bool have_address = false;
+  WorkerAddress address;
+  std::uint32_t remote_index = kNoIndex;  // our index at the peer: src_ep of what we send
+  rdmx_ep ep{nullptr, this};
+  int ep_refs = 0;
+
+  // RC: one QP per size class, attached to our SRQ of that class.
+  std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> rc_qp;
+  std::array<eager::SendQueue, kNumClasses> rc_sq;
+  std::array<std::uint32_t, kNumClasses> rc_psn{};
+  bool rc_ready = false;
+  ibv_mtu path_mtu = IBV_MTU_1024;
+  // UD: where to send.
+  std::unique_ptr<verbs::AddressHandle> ah;
+
+  // Ordering: our next Seq comes from rc_guard (RC) or ud_tx (UD); rx orders the peer's stream.
+  std::unique_ptr<OrderGuard> rc_guard;  // RC: bounds how far ahead we run
+  std::unique_ptr<protocol::Sequencer> rx;
+  // UD reliability.
+  std::unique_ptr<protocol::SendWindow> ud_tx;
+  std::unique_ptr<protocol::AckPolicy> ud_ack;
+  bool ud_timer_listed = false;
+
+  // Sends waiting for the connection or for resources (intrusive FIFO, no allocation).
+  Request* pending_head = nullptr;
+  Request* pending_tail = nullptr;
+  std::uint32_t pending_count = 0;
+  // Match-acks (sync cookies) that could not be posted yet.
+  std::vector<std::uint32_t> pending_match_acks;
+  bool flush_listed = false;
+  std::uint32_t sync_waiting = 0;  // sync sends waiting for this peer's match-ack
+
+  // Connection set-up over the control QP.
+  std::uint64_t conn_start_us = 0;
+  std::uint64_t conn_next_us = 0;
+  std::uint64_t conn_rto_us = 0;
+  std::uint32_t conn_tries = 0;
+  std::uint64_t remote_instance = 0;
+  bool conn_listed = false;
+};
+
+}  // namespace rdmx::transport

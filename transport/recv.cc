@@ -1,0 +1,613 @@
+// Completion dispatch, the receive path (ordering, matching, unexpected messages), requests and
+// the progress loop.
+//
+// Receive path of one eager message:
+//   SRQ completion -> wr_id names pool and buffer -> header checked -> peer from src_ep
+//   -> UD: piggy-backed ack, test drop, duplicate suppression by the Sequencer
+//   -> in order? deliver now : hold (its buffer, or a heap copy) until the gap fills
+//   -> deliver: match against posted receives (copy into the user's buffer, truncating at its
+//      length) or queue as unexpected.
+//
+// Unexpected messages keep their SRQ buffer (no copy) while the pool has spare buffers to post
+// in its place (SrqPool::can_hold); after that they are copied to the heap and the buffer is
+// reposted at once, so the SRQ never shrinks: memory for unexpected messages grows with the
+// application's backlog (as MPI requires), the receive queues do not.
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "transport/worker.h"
+#include "verbs/error.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+constexpr std::uint8_t kHeapPool = 0xff;
+
+Request* owner_of(protocol::PostedRecv* pr) {
+  return static_cast<RecvNode*>(pr)->owner;
+}
+
+}  // namespace
+
+// --- requests -----------------------------------------------------------------------------
+
+void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data) {
+  new (r) Request{};
+  r->magic = kRequestMagic;
+  r->type = type;
+  r->state = ReqState::kActive;
+  r->callback = cb;
+  r->user_data = user_data;
+  r->recv.owner = r;
+  r->sync_slot = kNoIndex;
+  r->thread = 0;
+  r->status.error = RDMX_INPROGRESS;
+}
+
+void Worker::activate(Request* r) noexcept {
+  if (r->active) {
+    return;
+  }
+  r->active = true;
+  r->active_prev = nullptr;
+  r->active_next = active_head_;
+  if (active_head_ != nullptr) {
+    active_head_->active_prev = r;
+  }
+  active_head_ = r;
+}
+
+void Worker::deactivate(Request* r) noexcept {
+  if (!r->active) {
+    return;
+  }
+  r->active = false;
+  if (r->active_prev != nullptr) {
+    r->active_prev->active_next = r->active_next;
+  } else {
+    active_head_ = r->active_next;
+  }
+  if (r->active_next != nullptr) {
+    r->active_next->active_prev = r->active_prev;
+  }
+  r->active_prev = r->active_next = nullptr;
+}
+
+void Worker::complete(Request* r, int code) {
+  deactivate(r);
+  r->status.error = code;
+  r->state = ReqState::kCompleting;
+  r->next = nullptr;
+  if (done_tail_ == nullptr) {
+    done_head_ = r;
+  } else {
+    done_tail_->next = r;
+  }
+  done_tail_ = r;
+}
+
+int Worker::run_completions() {
+  // Only what is on the list now: callbacks that post and complete at once wait for the next
+  // call, so a callback loop cannot starve the CQs.
+  Request* r = done_head_;
+  done_head_ = done_tail_ = nullptr;
+  int n = 0;
+  while (r != nullptr) {
+    Request* next = r->next;
+    r->state = ReqState::kDone;
+    if (r->callback != nullptr) {
+      r->callback(to_public(r), &r->status, r->user_data);  // may reuse r
+    }
+    r = next;
+    ++n;
+  }
+  return n;
+}
+
+// --- progress ------------------------------------------------------------------------------
+
+int Worker::poll_cqs() {
+  std::array<ibv_wc, kPollBatch> wcs;
+  int total = 0;
+  int n = ibv_poll_cq(recv_cq_->get(), kPollBatch, wcs.data());
+  for (int i = 0; i < n; ++i) {
+    on_recv_completion(wcs[static_cast<std::size_t>(i)]);
+  }
+  total += std::max(n, 0);
+  n = ibv_poll_cq(send_cq_->get(), kPollBatch, wcs.data());
+  for (int i = 0; i < n; ++i) {
+    on_send_completion(wcs[static_cast<std::size_t>(i)]);
+  }
+  total += std::max(n, 0);
+  return total;
+}
+
+int Worker::progress() {
+  int events = poll_cqs();
+  bool low = false;
+  for (auto& pool : pools_) {
+    (void)pool->refill();
+    low |= pool->posted() <= pool->params().watermark;
+  }
+  // Async events cost a read(2); look every 64 calls, or at once when a pool is low (its limit
+  // event has probably fired and must be acknowledged and re-armed).
+  if ((++progress_calls_ & 63) == 0 || low) [[unlikely]] {
+    handle_async_events();
+  }
+  if (next_ud_timer_us_ != 0 || !connect_list_.empty()) {
+    const std::uint64_t now = now_us();
+    if (!connect_list_.empty() && now >= next_connect_timer_us_) {
+      run_connect_timers(now);
+    }
+    if (next_ud_timer_us_ != 0 && now >= next_ud_timer_us_) {
+      run_ud_timers(now);
+    }
+  }
+  if (!flush_list_.empty()) {
+    flush_listed_peers();
+  }
+  events += run_completions();
+  return events;
+}
+
+int Worker::wait(Request* r, rdmx_status_t* status, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::uint32_t spins = 0;
+  std::uint32_t idle = 0;
+  while (r->state != ReqState::kDone) {
+    const int rc = progress();
+    if (rc < 0) {
+      return rc;
+    }
+    // Oversubscribed (more busy processes than CPUs, e.g. an emulated guest): a waiter that
+    // finds nothing to do lets the peer it waits for run.
+    if (rc == 0 && ++idle >= kYieldAfterIdle) [[unlikely]] {
+      idle = 0;
+      sched_yield();
+    }
+    if (timeout_ms >= 0 && (++spins & 255) == 0 && r->state != ReqState::kDone &&
+        std::chrono::steady_clock::now() >= deadline) {
+      return RDMX_ERR_TIMED_OUT;
+    }
+  }
+  if (status != nullptr) {
+    *status = r->status;
+  }
+  return r->status.error;
+}
+
+void Worker::handle_async_events() {
+  try {
+    while (auto e = events_->poll(std::chrono::milliseconds(0))) {
+      // SRQ limit events went to the pools' handlers inside poll(); here is what nobody took.
+      const ibv_event_type t = e->event_type;
+      if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
+        for (auto& p : peers_) {
+          for (auto& qp : p->rc_qp) {
+            if (qp && qp->get() == e->element.qp) {
+              fail_peer(*p, RDMX_ERR_UNREACHABLE, verbs::event_name(t));
+            }
+          }
+        }
+      } else if (config_.verbose >= 2) {
+        std::fprintf(stderr, "rdmx: async event %s\n", verbs::event_name(t));
+      }
+    }
+  } catch (const verbs::Error& e) {
+    verbs::log_verb_failure(e.verb(), e.errnum(), "reading async events");
+  }
+}
+
+bool Worker::drop_for_test() noexcept {
+  if (drop_threshold_ == 0) [[likely]] {
+    return false;
+  }
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 7;
+  rng_ ^= rng_ << 17;
+  return static_cast<std::uint32_t>(rng_ >> 32) < drop_threshold_;
+}
+
+// --- completions ---------------------------------------------------------------------------
+
+void Worker::on_send_completion(const ibv_wc& wc) {
+  if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
+    return;
+  }
+  const protocol::WrId id = protocol::decode(wc.wr_id);
+  if ((id.kind != protocol::WrKind::kSend && id.kind != protocol::WrKind::kSendInline &&
+       id.kind != protocol::WrKind::kControl) ||
+      id.thread >= threads_.size()) [[unlikely]] {
+    std::fprintf(stderr, "rdmx: send completion with a foreign wr_id %016llx\n",
+                 static_cast<unsigned long long>(wc.wr_id));
+    return;
+  }
+  eager::SendPool& pool = *threads_[id.thread].send;
+  if (id.slot >= pool.desc_count() || !pool.desc(id.slot).in_use ||
+      pool.desc(id.slot).generation != id.generation) [[unlikely]] {
+    std::fprintf(stderr, "rdmx: stale send completion (slot %u generation %u)\n", id.slot,
+                 id.generation);
+    return;
+  }
+  eager::SendDesc& desc = pool.desc(id.slot);
+  Peer* failed = nullptr;
+  if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
+    if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) {
+      ++stat_rnr_exceeded_;
+    }
+    // An RC error (retry exceeded: the peer is gone) moves the QP to ERR; flushes follow.
+    if (wc.status != IBV_WC_WR_FLUSH_ERR && !ud_mode_ && desc.queue != &ctrl_sq_ &&
+        desc.peer != nullptr) {
+      failed = static_cast<Peer*>(desc.peer);
+      if (config_.verbose >= 1 || !closing_) {
+        std::fprintf(stderr, "rdmx: RC send to %016llx failed: %s\n",
+                     static_cast<unsigned long long>(failed->uid), ibv_wc_status_str(wc.status));
+      }
+    } else if (wc.status != IBV_WC_WR_FLUSH_ERR && config_.verbose >= 1) {
+      std::fprintf(stderr, "rdmx: send failed: %s\n", ibv_wc_status_str(wc.status));
+    }
+  }
+  (void)desc.queue->complete(pool, id.slot, [](eager::SendDesc& d) {
+    if (d.sequenced && d.peer != nullptr) {
+      Peer* p = static_cast<Peer*>(d.peer);
+      if (p->rc_guard) {
+        p->rc_guard->on_complete(d.seq);
+      }
+    }
+  });
+  if (failed != nullptr) {
+    for (auto& sq : failed->rc_sq) {
+      sq.close();
+    }
+    fail_peer(*failed, RDMX_ERR_UNREACHABLE, "RC send failed");
+  }
+}
+
+void Worker::on_recv_completion(const ibv_wc& wc) {
+  if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
+    return;
+  }
+  const std::uint8_t pid = eager::SrqPool::pool_of(wc.wr_id);
+  std::uint32_t buf = 0;
+  if (pid >= kNumPools || !pools_[pid]->owns(wc.wr_id, &buf)) [[unlikely]] {
+    std::fprintf(stderr, "rdmx: receive completion with a foreign wr_id %016llx\n",
+                 static_cast<unsigned long long>(wc.wr_id));
+    return;
+  }
+  ++recv_completed_;
+  eager::SrqPool& pool = *pools_[pid];
+  pool.on_completion(buf);
+  if (wc.status != IBV_WC_SUCCESS || closing_) [[unlikely]] {
+    if (wc.status != IBV_WC_WR_FLUSH_ERR && !closing_ && config_.verbose >= 1) {
+      std::fprintf(stderr, "rdmx: receive failed: %s\n", ibv_wc_status_str(wc.status));
+    }
+    pool.release(buf);
+    return;
+  }
+  if (pid == kPoolCtrl) {
+    if (drop_for_test()) {
+      ++stat_ud_dropped_test_;
+    } else {
+      on_ctrl_message(pool.message(buf), wc.byte_len - eager::kGrhBytes, wc);
+    }
+    pool.release(buf);
+    return;
+  }
+  on_data_message(pool, buf, wc);
+}
+
+void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc) {
+  const std::uint8_t pid = pool.params().pool_id;
+  const std::byte* msg = pool.message(buf);
+  const std::size_t length = wc.byte_len - pool.params().grh_bytes;
+  if (ud_mode_ && drop_for_test()) {
+    ++stat_ud_dropped_test_;
+    pool.release(buf);
+    return;
+  }
+  const auto h = protocol::load_wire<protocol::MsgHeader>(msg);
+  if (protocol::validate(h, length) != protocol::WireError::kOk || h.src_ep >= peers_.size())
+      [[unlikely]] {
+    if (config_.verbose >= 1) {
+      std::fprintf(stderr, "rdmx: dropped a malformed message (%zu bytes, src_ep %u)\n", length,
+                   h.src_ep);
+    }
+    pool.release(buf);
+    return;
+  }
+  Peer& p = *peers_[h.src_ep];
+  if (!p.rx) [[unlikely]] {
+    pool.release(buf);
+    return;
+  }
+  const auto kind = static_cast<protocol::MsgKind>(h.kind);
+  std::uint64_t now = 0;
+  if (ud_mode_) {
+    if (wc.src_qp != p.address.ud_qpn[0] && wc.src_qp != p.address.ud_qpn[1]) [[unlikely]] {
+      pool.release(buf);
+      return;
+    }
+    now = now_us();
+    if ((h.flags & protocol::kFlagAckValid) != 0) {
+      on_ud_ack(p, h.ack, now);
+    }
+    if (kind == protocol::MsgKind::kAck) {
+      pool.release(buf);
+      return;
+    }
+  }
+  const std::byte* payload = msg + protocol::kHeaderSize + protocol::body_size(kind);
+  if (h.seq == p.rx->expected()) [[likely]] {
+    (void)p.rx->on_arrival(h.seq, 0);
+    if (ud_mode_) {
+      p.ud_ack->on_received(now);
+      if ((h.flags & protocol::kFlagAckRequest) != 0) {
+        p.ud_ack->on_ack_requested();
+      }
+      list_ud_timer(p);
+    }
+    deliver(p, nullptr, h, payload, pid, buf);
+    while (const auto cookie = p.rx->pop_ready()) {
+      MsgDesc* d = reinterpret_cast<MsgDesc*>(*cookie);
+      protocol::MsgHeader dh = protocol::make_header(d->kind);
+      dh.tag = d->tag;
+      dh.aux = d->aux;
+      dh.payload_length = d->length;
+      deliver(p, d, dh, d->data, d->pool, d->buf);
+    }
+    return;
+  }
+  // Out of order: hold it (or drop a duplicate).
+  MsgDesc* d = keep_message(p, h, payload, pid, buf);
+  const protocol::Arrival a = p.rx->on_arrival(h.seq, reinterpret_cast<std::uintptr_t>(d));
+  if (a == protocol::Arrival::kHeld) {
+    if (ud_mode_) {
+      p.ud_ack->on_received(now);
+      list_ud_timer(p);
+    }
+    return;
+  }
+  release_message(d);
+  if (a == protocol::Arrival::kDuplicate) {
+    ++stat_ud_duplicates_;
+  } else if (!ud_mode_) {
+    std::fprintf(stderr, "rdmx: RC message seq %u from %016llx outside the order window\n", h.seq,
+                 static_cast<unsigned long long>(p.uid));
+  }
+  if (ud_mode_) {
+    p.ud_ack->on_duplicate();  // the sender resends: our ack is lost or late
+    list_ud_timer(p);
+  }
+}
+
+void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h,
+                     const std::byte* payload, std::uint8_t pool, std::uint32_t buf) {
+  const auto kind = static_cast<protocol::MsgKind>(h.kind);
+  auto release = [&] {
+    if (held != nullptr) {
+      release_message(held);
+    } else {
+      pools_[pool]->release(buf);
+    }
+  };
+  switch (kind) {
+    case protocol::MsgKind::kEager:
+    case protocol::MsgKind::kEagerSync: {
+      if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, h.tag)) {
+        finish_recv(owner_of(pr), peer, h.tag, kind, h.aux, payload, h.payload_length);
+        release();
+        return;
+      }
+      MsgDesc* d = held != nullptr ? held : keep_message(peer, h, payload, pool, buf);
+      d->source = peer.index;
+      d->tag = h.tag;
+      matcher_.add_unexpected(*d);
+      ++stat_unexpected_;
+      return;
+    }
+    case protocol::MsgKind::kMatchAck: {
+      const std::uint32_t thread = h.aux >> 24;
+      const std::uint32_t slot = h.aux & 0xffff;
+      const auto gen = static_cast<std::uint8_t>((h.aux >> 16) & 0xff);
+      if (thread < threads_.size() && slot < threads_[thread].sync.size()) {
+        ThreadCtx& tc = threads_[thread];
+        SyncSlot& s = tc.sync[slot];
+        if (s.request != nullptr && s.generation == gen && s.peer == &peer) {
+          Request* r = s.request;
+          s.request = nullptr;
+          s.generation = static_cast<std::uint8_t>(s.generation + 1);
+          tc.sync_free.push_back(slot);
+          r->sync_slot = kNoIndex;
+          if (peer.sync_waiting > 0) {
+            --peer.sync_waiting;
+          }
+          complete(r, RDMX_OK);
+        }
+      }
+      release();
+      return;
+    }
+    default:
+      release();
+      return;
+  }
+}
+
+MsgDesc* Worker::alloc_desc() {
+  if (desc_free_ == nullptr) [[unlikely]] {
+    auto chunk = std::make_unique<MsgDesc[]>(kDescChunk);
+    for (std::size_t i = 0; i < kDescChunk; ++i) {
+      chunk[i].next_free = desc_free_;
+      desc_free_ = &chunk[i];
+    }
+    desc_chunks_.push_back(std::move(chunk));
+  }
+  MsgDesc* d = desc_free_;
+  desc_free_ = d->next_free;
+  d->next_free = nullptr;
+  return d;
+}
+
+void Worker::free_desc(MsgDesc* d) {
+  d->peer = nullptr;
+  d->heap = nullptr;
+  d->pool = kHeapPool;
+  d->next_free = desc_free_;
+  desc_free_ = d;
+}
+
+MsgDesc* Worker::keep_message(Peer& peer, const protocol::MsgHeader& h, const std::byte* payload,
+                              std::uint8_t pool, std::uint32_t buf) {
+  MsgDesc* d = alloc_desc();
+  d->peer = &peer;
+  d->kind = static_cast<protocol::MsgKind>(h.kind);
+  d->seq = h.seq;
+  d->aux = h.aux;
+  d->length = h.payload_length;
+  d->tag = h.tag;
+  d->source = peer.index;
+  if (pools_[pool]->can_hold()) {
+    // Zero copy: the bytes stay in the receive buffer, a spare buffer is posted in its place.
+    d->pool = pool;
+    d->buf = buf;
+    d->data = payload;
+    pools_[pool]->note_held();
+    return d;
+  }
+  // The pool has no spare left: copy out, so the SRQ is refilled at once.
+  d->heap = static_cast<std::byte*>(std::malloc(std::max<std::size_t>(h.payload_length, 1)));
+  if (d->heap == nullptr) {
+    std::fprintf(stderr, "rdmx: out of memory for an unexpected message of %u bytes\n",
+                 h.payload_length);
+    std::abort();
+  }
+  std::memcpy(d->heap, payload, h.payload_length);
+  heap_bytes_ += h.payload_length;
+  d->data = d->heap;
+  d->pool = kHeapPool;
+  pools_[pool]->release(buf);
+  return d;
+}
+
+void Worker::release_message(MsgDesc* d) {
+  if (d->pool != kHeapPool) {
+    pools_[d->pool]->release(d->buf);
+  } else if (d->heap != nullptr) {
+    heap_bytes_ -= d->length;
+    std::free(d->heap);
+  }
+  free_desc(d);
+}
+
+void Worker::finish_recv(Request* r, Peer& peer, std::uint64_t tag, protocol::MsgKind kind,
+                         std::uint32_t aux, const std::byte* payload, std::size_t length) {
+  r->status.tag = tag;
+  r->status.source = peer.uid;
+  r->status.length = length;
+  int code = RDMX_OK;
+  std::size_t n = length;
+  if (length > r->capacity) [[unlikely]] {
+    n = r->capacity;  // nothing is written past the caller's buffer
+    code = RDMX_ERR_TRUNCATED;
+  }
+  if (n != 0) {
+    std::memcpy(r->buffer, payload, n);
+  }
+  if (kind == protocol::MsgKind::kEagerSync) {
+    send_match_ack(peer, aux);
+  }
+  complete(r, code);
+}
+
+// --- receive-side API ----------------------------------------------------------------------
+
+int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
+                     std::uint64_t mask, Request* r, rdmx_callback_t callback, void* user_data) {
+  if (r == nullptr || (buffer == nullptr && length != 0)) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  std::uint32_t src = protocol::kAnySource;
+  if (source != RDMX_ANY_SOURCE) {
+    Peer* p = find_peer(source);
+    if (p == nullptr) {
+      // A receive from a peer not heard of yet: a placeholder, connected if it ever connects.
+      try {
+        p = &add_peer(source);
+      } catch (const std::bad_alloc&) {
+        return RDMX_ERR_NO_MEMORY;
+      }
+    }
+    src = p->index;
+  }
+  init_request(r, ReqType::kRecv, callback, user_data);
+  r->buffer = buffer;
+  r->capacity = length;
+  r->recv.spec = protocol::RecvSpec{.source = src, .tag = tag, .mask = mask};
+  if (protocol::UnexpectedMsg* u = matcher_.post_receive(r->recv)) {
+    MsgDesc* d = static_cast<MsgDesc*>(u);
+    finish_recv(r, *d->peer, d->tag, d->kind, d->aux, d->data, d->length);
+    release_message(d);
+    return RDMX_OK;
+  }
+  activate(r);
+  return RDMX_OK;
+}
+
+int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
+                  rdmx_status_t* status, rdmx_message_t** message) {
+  std::uint32_t src = protocol::kAnySource;
+  if (source != RDMX_ANY_SOURCE) {
+    const Peer* p = find_peer(source);
+    if (p == nullptr) {
+      return 0;
+    }
+    src = p->index;
+  }
+  const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
+  protocol::UnexpectedMsg* u = message != nullptr ? matcher_.mprobe(spec) : matcher_.probe(spec);
+  if (u == nullptr) {
+    return 0;
+  }
+  const MsgDesc* d = static_cast<MsgDesc*>(u);
+  if (status != nullptr) {
+    status->error = RDMX_OK;
+    status->tag = d->tag;
+    status->source = d->peer->uid;
+    status->length = d->length;
+  }
+  if (message != nullptr) {
+    *message = reinterpret_cast<rdmx_message_t*>(static_cast<MsgDesc*>(u));
+  }
+  return 1;
+}
+
+int Worker::msg_recv(MsgDesc* d, void* buffer, std::size_t length, Request* r,
+                     rdmx_callback_t callback, void* user_data) {
+  if (d == nullptr || r == nullptr || (buffer == nullptr && length != 0) || d->queued()) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  init_request(r, ReqType::kRecv, callback, user_data);
+  r->buffer = buffer;
+  r->capacity = length;
+  finish_recv(r, *d->peer, d->tag, d->kind, d->aux, d->data, d->length);
+  release_message(d);
+  return RDMX_OK;
+}
+
+int Worker::cancel(Request* r) {
+  if (r->type == ReqType::kRecv && r->state == ReqState::kActive && matcher_.cancel(r->recv)) {
+    complete(r, RDMX_ERR_CANCELED);
+    return RDMX_OK;
+  }
+  return RDMX_ERR_BUSY;
+}
+
+}  // namespace rdmx::transport

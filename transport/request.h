@@ -1,0 +1,79 @@
+// The private layout of rdmx_request_t: caller-owned storage, so posting never allocates.
+//
+// One Request type for sends and receives. The receive side embeds the tag matcher's
+// PostedRecv node; the send side carries what a queued send still needs (it reads the caller's
+// buffer only when it is posted, so nothing is copied while it waits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "protocol/tag_match.h"
+#include "rdmx/rdmx.h"
+
+namespace rdmx::transport {
+
+struct Peer;
+struct MsgDesc;
+struct Request;
+
+// The matcher's node inside a receive request, with the way back to the request.
+struct RecvNode : protocol::PostedRecv {
+  Request* owner = nullptr;
+};
+
+enum class ReqType : std::uint8_t { kNone = 0, kSend = 1, kRecv = 2 };
+
+// A request's life: kQueued (send waiting for its connection or for resources) or kActive
+// (receive posted in the matcher; sync send waiting for its match-ack) -> kCompleting (on the
+// worker's completion list, status final) -> kDone (callback has run; rdmx_request_test now
+// reports the status).
+enum class ReqState : std::uint8_t {
+  kIdle = 0,  // never posted (zeroed storage)
+  kQueued = 1,
+  kActive = 2,
+  kCompleting = 3,
+  kDone = 4,
+};
+
+inline constexpr std::uint32_t kRequestMagic = 0x52514d58;  // marks storage rdmx initialised
+
+struct Request {
+  std::uint32_t magic;
+  ReqType type;
+  ReqState state;
+  std::uint16_t send_flags;
+  rdmx_status_t status;
+  rdmx_callback_t callback;
+  void* user_data;
+  Request* next;  // completion list, or the peer's queue of pending sends
+  // Every request rdmx still owns that is not on the completion list (posted receives, queued
+  // sends, sync sends waiting for their match-ack): teardown fails them all.
+  Request* active_prev;
+  Request* active_next;
+  // Receive.
+  RecvNode recv;
+  void* buffer;
+  std::size_t capacity;
+  // Send.
+  Peer* peer;
+  const void* send_buffer;
+  std::uint32_t sync_slot;  // RDMX_SEND_SYNC: index into the thread's sync slots
+  std::uint16_t thread;
+  bool active;  // linked in the worker's active list
+};
+
+static_assert(sizeof(Request) <= RDMX_REQUEST_SIZE, "Request must fit in rdmx_request_t");
+static_assert(alignof(Request) <= alignof(rdmx_request_t));
+
+inline Request* to_request(rdmx_request_t* r) noexcept {
+  return reinterpret_cast<Request*>(r);
+}
+inline const Request* to_request(const rdmx_request_t* r) noexcept {
+  return reinterpret_cast<const Request*>(r);
+}
+inline rdmx_request_t* to_public(Request* r) noexcept {
+  return reinterpret_cast<rdmx_request_t*>(r);
+}
+
+}  // namespace rdmx::transport

@@ -1,0 +1,556 @@
+// The send path: eager messages over RC or UD, queues for sends that must wait, match-acks, and
+// the UD reliability timers.
+//
+// A standard send completes as soon as its bytes are on their way: inlined into the WR, or
+// copied into a registered bounce buffer (the caller's buffer is free again). A sync send
+// (RDMX_SEND_SYNC) completes when the receiver's kMatchAck arrives. A send that cannot be posted
+// now (connection not ready, no send-queue credit, no descriptor or bounce buffer, UD window or
+// RC order window full) waits in its peer's FIFO, inside the caller's request: no allocation,
+// and later sends never overtake it.
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "transport/worker.h"
+#include "verbs/error.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+// UD resend slots: bounce buffer index, its class, and the destination class (which UD QP).
+constexpr std::uint32_t ud_slot(std::uint8_t buf_class, std::uint32_t buf, int dst_class) {
+  return buf | (std::uint32_t{buf_class} << 24) | (static_cast<std::uint32_t>(dst_class) << 25);
+}
+constexpr std::uint32_t ud_slot_buf(std::uint32_t slot) {
+  return slot & 0xffffff;
+}
+constexpr std::uint8_t ud_slot_buf_class(std::uint32_t slot) {
+  return (slot >> 24) & 1;
+}
+constexpr int ud_slot_dst_class(std::uint32_t slot) {
+  return static_cast<int>((slot >> 25) & 1);
+}
+
+// Sync cookie: thread | generation | slot, echoed by the receiver in kMatchAck.aux.
+constexpr std::uint32_t sync_cookie(std::uint16_t thread, std::uint8_t gen, std::uint32_t slot) {
+  return (std::uint32_t{thread} << 24) | (std::uint32_t{gen} << 16) | (slot & 0xffff);
+}
+
+}  // namespace
+
+std::uint64_t Worker::now_us() const noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec) / 1000u;
+}
+
+Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag,
+                                        std::uint32_t aux, const void* payload,
+                                        std::size_t length) {
+  protocol::MsgHeader h = protocol::make_header(kind);
+  h.src_ep = peer.remote_index;
+  h.payload_length = static_cast<std::uint32_t>(length);
+  h.tag = tag;
+  h.aux = aux;
+  return ud_mode_ ? post_ud(peer, h, payload, length) : post_rc(peer, h, payload, length);
+}
+
+bool Worker::post_rc_flush(Peer& peer, int cls) {
+  // A zero-length RDMA write (no memory touched, no rkey checked: IBTA C9-88) that is signalled
+  // and consumes no receive buffer at the peer: its completion retires the unsignalled sends
+  // before it on this QP.
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.num_sge = 0;
+  const int rc = peer.rc_sq[cls].post(
+      *threads_[0].send, wr,
+      eager::SendQueue::Post{.kind = protocol::WrKind::kControl, .want_signal = true});
+  return rc == 0;
+}
+
+Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const void* payload,
+                                   std::size_t length) {
+  // The receiver's size class, and so the QP (each QP feeds the SRQ of its class).
+  const int cls = length <= peer.address.class_capacity[0] ? 0 : 1;
+  eager::SendQueue& sq = peer.rc_sq[cls];
+  // The order guard advances only as sends complete. Unsignalled sends left on the other QP
+  // of this peer (no traffic there since) would stall it: flush that QP early.
+  if (peer.rc_guard->outstanding() >= kRcOrderWindow / 2) [[unlikely]] {
+    const int other = 1 - cls;
+    if (peer.rc_sq[other].unsignaled_tail() != 0) {
+      (void)post_rc_flush(peer, other);
+    }
+  }
+  if (!peer.rc_guard->can_send() || !sq.has_room()) [[unlikely]] {
+    return PostResult::kNoResource;
+  }
+  eager::SendPool& pool = *threads_[0].send;
+  h.seq = peer.rc_guard->next();
+  const std::size_t total = protocol::kHeaderSize + length;
+  ibv_sge sge[2];
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = sge;
+  eager::SendQueue::Post post{
+      .kind = protocol::WrKind::kSendInline, .sequenced = true, .seq = h.seq, .peer = &peer};
+  if (total <= max_inline_) {
+    // The provider copies header and payload into the WQE: no bounce buffer, no completion
+    // needed (selective signalling retires it later).
+    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(&h),
+                     .length = static_cast<std::uint32_t>(protocol::kHeaderSize),
+                     .lkey = 0};
+    sge[1] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(payload),
+                     .length = static_cast<std::uint32_t>(length),
+                     .lkey = 0};
+    wr.num_sge = length != 0 ? 2 : 1;
+    wr.send_flags = IBV_SEND_INLINE;
+  } else {
+    const std::uint8_t bcls = length <= res_.small_buf ? 0 : 1;
+    if (!pool.alloc_buffer(bcls, &post.buf)) [[unlikely]] {
+      return PostResult::kNoResource;
+    }
+    post.buf_class = bcls;
+    post.want_signal = true;  // the completion frees the bounce buffer
+    std::byte* data = pool.buffer(bcls, post.buf);
+    protocol::store_wire(data, h);
+    std::memcpy(data + protocol::kHeaderSize, payload, length);
+    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(data),
+                     .length = static_cast<std::uint32_t>(total),
+                     .lkey = pool.lkey()};
+    wr.num_sge = 1;
+  }
+  const int rc = sq.post(pool, wr, post);
+  if (rc != 0) [[unlikely]] {
+    if (post.buf_class != eager::kNoBuffer) {
+      pool.release_unused(post.buf_class, post.buf);
+    }
+    if (rc == EAGAIN) {
+      return PostResult::kNoResource;
+    }
+    verbs::log_verb_failure("ibv_post_send", rc, "RC eager send");
+    return PostResult::kFailed;
+  }
+  peer.rc_guard->on_send();
+  return PostResult::kPosted;
+}
+
+Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const void* payload,
+                                   std::size_t length) {
+  const int cls = length <= peer.address.class_capacity[0] ? 0 : 1;
+  eager::SendQueue& sq = ud_sq_[cls];
+  protocol::SendWindow& win = *peer.ud_tx;
+  if (!win.can_send() || !sq.has_room()) [[unlikely]] {
+    return PostResult::kNoResource;
+  }
+  eager::SendPool& pool = *threads_[0].send;
+  const std::uint8_t bcls = length <= res_.small_buf ? 0 : 1;
+  std::uint32_t buf = 0;
+  if (!pool.alloc_buffer(bcls, &buf)) [[unlikely]] {
+    return PostResult::kNoResource;
+  }
+  h.seq = win.next_seq();
+  h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
+  h.ack = peer.rx->cumulative_ack();
+  if (win.in_flight() + 1 >= kUdWindow * 3 / 4) {
+    h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckRequest);
+  }
+  // UD keeps a copy for retransmission until the ack.
+  std::byte* data = pool.buffer(bcls, buf);
+  protocol::store_wire(data, h);
+  std::memcpy(data + protocol::kHeaderSize, payload, length);
+  const std::size_t total = protocol::kHeaderSize + length;
+  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
+              .length = static_cast<std::uint32_t>(total),
+              .lkey = pool.lkey()};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
+  wr.wr.ud.remote_qkey = kQkey;
+  const int rc = sq.post(
+      pool, wr,
+      eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
+                             .buf_class = bcls,
+                             .buf = buf,
+                             .want_signal = pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4,
+                             .peer = &peer});
+  if (rc != 0) [[unlikely]] {
+    pool.release_unused(bcls, buf);
+    if (rc == EAGAIN) {
+      return PostResult::kNoResource;
+    }
+    verbs::log_verb_failure("ibv_post_send", rc, "UD eager send");
+    return PostResult::kFailed;
+  }
+  pool.retain(bcls, buf);
+  (void)win.on_send(h.seq, ud_slot(bcls, buf, cls), now_us());
+  peer.ud_ack->on_ack_sent();
+  list_ud_timer(peer);
+  return PostResult::kPosted;
+}
+
+bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
+  eager::SendPool& pool = *threads_[0].send;
+  const std::uint8_t bcls = ud_slot_buf_class(slot);
+  const std::uint32_t buf = ud_slot_buf(slot);
+  const int cls = ud_slot_dst_class(slot);
+  eager::SendQueue& sq = ud_sq_[cls];
+  if (!sq.has_room()) {
+    return false;
+  }
+  std::byte* data = pool.buffer(bcls, buf);
+  auto h = protocol::load_wire<protocol::MsgHeader>(data);
+  h.ack = peer.rx->cumulative_ack();
+  protocol::store_wire(data, h);
+  const std::size_t total = protocol::kHeaderSize + h.payload_length;
+  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
+              .length = static_cast<std::uint32_t>(total),
+              .lkey = pool.lkey()};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
+  wr.wr.ud.remote_qkey = kQkey;
+  const int rc = sq.post(pool, wr,
+                         eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
+                                                .buf_class = bcls,
+                                                .buf = buf,
+                                                .want_signal = false,
+                                                .peer = &peer});
+  if (rc != 0) {
+    return false;
+  }
+  ++stat_ud_retransmits_;
+  peer.ud_ack->on_ack_sent();
+  return true;
+}
+
+bool Worker::post_ud_ack(Peer& peer) {
+  protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kAck);
+  h.src_ep = peer.remote_index;
+  h.flags = protocol::kFlagAckValid;
+  h.ack = peer.rx->cumulative_ack();
+  eager::SendPool& pool = *threads_[0].send;
+  eager::SendQueue::Post post{.kind = protocol::WrKind::kControl};
+  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(&h),
+              .length = static_cast<std::uint32_t>(protocol::kHeaderSize),
+              .lkey = 0};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (protocol::kHeaderSize <= max_inline_) {
+    wr.send_flags = IBV_SEND_INLINE;
+  } else {
+    if (!pool.alloc_buffer(0, &post.buf)) {
+      return false;
+    }
+    post.buf_class = 0;
+    post.want_signal = true;
+    std::byte* data = pool.buffer(0, post.buf);
+    protocol::store_wire(data, h);
+    sge.addr = reinterpret_cast<std::uintptr_t>(data);
+    sge.lkey = pool.lkey();
+  }
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ud_qpn[0];
+  wr.wr.ud.remote_qkey = kQkey;
+  const int rc = ud_sq_[0].post(pool, wr, post);
+  if (rc != 0) {
+    if (post.buf_class != eager::kNoBuffer) {
+      pool.release_unused(0, post.buf);
+    }
+    return false;
+  }
+  peer.ud_ack->on_ack_sent();
+  return true;
+}
+
+void Worker::list_ud_timer(Peer& peer) {
+  if (!peer.ud_timer_listed) {
+    peer.ud_timer_listed = true;
+    ud_timer_list_.push_back(&peer);
+  }
+  const std::uint64_t d = std::min(peer.ud_tx->deadline_us(), peer.ud_ack->deadline_us());
+  if (d < next_ud_timer_us_ || next_ud_timer_us_ == 0) {
+    next_ud_timer_us_ = d;
+  }
+}
+
+void Worker::run_ud_timers(std::uint64_t now) {
+  std::uint64_t next = protocol::kNoDeadline;
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < ud_timer_list_.size(); ++i) {
+    Peer& p = *ud_timer_list_[i];
+    if (p.state == PeerState::kFailed) {
+      p.ud_timer_listed = false;
+      continue;
+    }
+    if (p.ud_tx->peer_dead(now)) {
+      p.ud_timer_listed = false;
+      fail_peer(p, RDMX_ERR_UNREACHABLE, "no acknowledgement within peer_timeout_ms");
+      continue;
+    }
+    (void)p.ud_tx->due_for_retransmit(
+        now, [&](protocol::Seq, std::uint32_t slot) { return resend_ud(p, slot); });
+    if (p.ud_ack->ack_due(now)) {
+      (void)post_ud_ack(p);
+    }
+    if (p.ud_tx->in_flight() == 0 && p.ud_ack->unacked() == 0) {
+      p.ud_timer_listed = false;
+      continue;
+    }
+    next = std::min({next, p.ud_tx->deadline_us(), p.ud_ack->deadline_us()});
+    ud_timer_list_[keep++] = &p;
+  }
+  ud_timer_list_.resize(keep);
+  next_ud_timer_us_ = next == protocol::kNoDeadline ? 0 : next;
+}
+
+void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
+  eager::SendPool& pool = *threads_[0].send;
+  (void)peer.ud_tx->on_ack(ack, now, [&](protocol::Seq, std::uint32_t slot) {
+    pool.unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
+  });
+  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+    list_for_flush(peer);
+  }
+}
+
+bool Worker::start_send(Peer& peer, Request* r) {
+  const bool sync = (r->send_flags & RDMX_SEND_SYNC) != 0;
+  std::uint32_t aux = 0;
+  if (sync) {
+    const SyncSlot& s = threads_[r->thread].sync[r->sync_slot];
+    aux = sync_cookie(r->thread, s.generation, r->sync_slot);
+  }
+  const PostResult res =
+      post_message(peer, sync ? protocol::MsgKind::kEagerSync : protocol::MsgKind::kEager,
+                   r->status.tag, aux, r->send_buffer, r->status.length);
+  switch (res) {
+    case PostResult::kPosted:
+      if (sync) {
+        r->state = ReqState::kActive;
+        activate(r);
+        ++peer.sync_waiting;
+      } else {
+        complete(r, RDMX_OK);
+      }
+      return true;
+    case PostResult::kNoResource:
+      return false;
+    case PostResult::kFailed:
+      break;
+  }
+  if (sync) {
+    ThreadCtx& tc = threads_[r->thread];
+    tc.sync[r->sync_slot].request = nullptr;
+    tc.sync_free.push_back(r->sync_slot);
+    r->sync_slot = kNoIndex;
+  }
+  complete(r, RDMX_ERR_IO);
+  return true;
+}
+
+void Worker::queue_send(Peer& peer, Request* r) {
+  r->state = ReqState::kQueued;
+  r->next = nullptr;
+  if (peer.pending_tail == nullptr) {
+    peer.pending_head = r;
+  } else {
+    peer.pending_tail->next = r;
+  }
+  peer.pending_tail = r;
+  ++peer.pending_count;
+  activate(r);
+  if (peer.state == PeerState::kConnected) {
+    list_for_flush(peer);
+  }
+}
+
+void Worker::list_for_flush(Peer& peer) {
+  if (!peer.flush_listed) {
+    peer.flush_listed = true;
+    flush_list_.push_back(&peer);
+  }
+}
+
+void Worker::flush_peer(Peer& peer) {
+  if (peer.state != PeerState::kConnected) {
+    return;
+  }
+  std::size_t done = 0;
+  for (; done < peer.pending_match_acks.size(); ++done) {
+    const PostResult r = post_message(peer, protocol::MsgKind::kMatchAck, 0,
+                                      peer.pending_match_acks[done], nullptr, 0);
+    if (r == PostResult::kNoResource) {
+      break;
+    }
+  }
+  peer.pending_match_acks.erase(
+      peer.pending_match_acks.begin(),
+      peer.pending_match_acks.begin() + static_cast<std::ptrdiff_t>(done));
+  if (!peer.pending_match_acks.empty()) {
+    return;
+  }
+  while (peer.pending_head != nullptr) {
+    Request* r = peer.pending_head;
+    Request* next = r->next;
+    if (!start_send(peer, r)) {
+      return;  // still first in line
+    }
+    // start_send completed it (its `next` now links the completion list) or made it wait for a
+    // match-ack: either way it left the queue.
+    peer.pending_head = next;
+    if (next == nullptr) {
+      peer.pending_tail = nullptr;
+    }
+    --peer.pending_count;
+  }
+}
+
+void Worker::flush_listed_peers() {
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < flush_list_.size(); ++i) {
+    Peer& p = *flush_list_[i];
+    flush_peer(p);
+    if (p.state == PeerState::kConnected &&
+        (p.pending_head != nullptr || !p.pending_match_acks.empty())) {
+      flush_list_[keep++] = &p;
+    } else {
+      p.flush_listed = false;
+    }
+  }
+  flush_list_.resize(keep);
+}
+
+void Worker::send_match_ack(Peer& peer, std::uint32_t cookie) {
+  if (peer.state == PeerState::kFailed) {
+    return;
+  }
+  if (peer.state == PeerState::kConnected && peer.pending_match_acks.empty() &&
+      post_message(peer, protocol::MsgKind::kMatchAck, 0, cookie, nullptr, 0) ==
+          PostResult::kPosted) {
+    return;
+  }
+  peer.pending_match_acks.push_back(cookie);
+  list_for_flush(peer);
+}
+
+void Worker::fail_pending(Peer& peer, int code) {
+  while (peer.pending_head != nullptr) {
+    Request* r = peer.pending_head;
+    peer.pending_head = r->next;
+    if (r->sync_slot != kNoIndex) {
+      ThreadCtx& tc = threads_[r->thread];
+      tc.sync[r->sync_slot].request = nullptr;
+      tc.sync_free.push_back(r->sync_slot);
+      r->sync_slot = kNoIndex;
+    }
+    complete(r, code);
+  }
+  peer.pending_tail = nullptr;
+  peer.pending_count = 0;
+  // Sync sends that wait for this peer's match-ack.
+  if (peer.sync_waiting != 0) {
+    for (ThreadCtx& tc : threads_) {
+      for (std::uint32_t i = 0; i < tc.sync.size(); ++i) {
+        SyncSlot& s = tc.sync[i];
+        if (s.request != nullptr && s.peer == &peer && s.request->state == ReqState::kActive) {
+          Request* r = s.request;
+          s.request = nullptr;
+          s.generation = static_cast<std::uint8_t>(s.generation + 1);
+          tc.sync_free.push_back(i);
+          r->sync_slot = kNoIndex;
+          complete(r, code);
+        }
+      }
+    }
+    peer.sync_waiting = 0;
+  }
+}
+
+void Worker::fail_peer(Peer& peer, int code, const char* why) {
+  if (peer.state == PeerState::kFailed) {
+    return;
+  }
+  if (config_.verbose >= 1 || !closing_) {
+    std::fprintf(stderr, "rdmx: peer %016llx unreachable: %s\n",
+                 static_cast<unsigned long long>(peer.uid), why);
+  }
+  set_state(peer, PeerState::kFailed);
+  fail_pending(peer, code);
+  peer.pending_match_acks.clear();
+  if (peer.ud_tx) {
+    eager::SendPool& pool = *threads_[0].send;
+    peer.ud_tx->drain([&](protocol::Seq, std::uint32_t slot) {
+      pool.unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
+    });
+  }
+}
+
+int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                     unsigned flags, Request* r, rdmx_callback_t callback, void* user_data) {
+  if (r == nullptr || (buffer == nullptr && length != 0) || (flags & ~RDMX_SEND_SYNC) != 0) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  if (peer.state == PeerState::kFailed) {
+    return RDMX_ERR_UNREACHABLE;
+  }
+  const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
+  if (length > limit) [[unlikely]] {
+    // Rendezvous (the next issue) will take these; until then say so instead of failing later.
+    if (config_.verbose >= 2) {
+      std::fprintf(stderr,
+                   "rdmx: a %zu-byte send exceeds the eager limit %zu (%s): rendezvous is not "
+                   "implemented yet\n",
+                   length, limit, ud_mode_ ? "UD: one packet" : "RC: large buffer size");
+    }
+    return RDMX_ERR_UNSUPPORTED;
+  }
+  init_request(r, ReqType::kSend, callback, user_data);
+  r->peer = &peer;
+  r->send_buffer = buffer;
+  r->status.length = length;
+  r->status.tag = tag;
+  r->send_flags = static_cast<std::uint16_t>(flags);
+  if ((flags & RDMX_SEND_SYNC) != 0) {
+    ThreadCtx& tc = threads_[r->thread];
+    if (tc.sync_free.empty()) {
+      r->state = ReqState::kIdle;
+      return RDMX_ERR_NO_RESOURCE;
+    }
+    r->sync_slot = tc.sync_free.back();
+    tc.sync_free.pop_back();
+    SyncSlot& s = tc.sync[r->sync_slot];
+    s.request = r;
+    s.peer = &peer;
+  }
+  if (peer.state == PeerState::kConnected && peer.pending_head == nullptr &&
+      peer.pending_match_acks.empty() && start_send(peer, r)) [[likely]] {
+    return RDMX_OK;
+  }
+  if (peer.pending_count >= kMaxPendingPerPeer) {
+    if (r->sync_slot != kNoIndex) {
+      ThreadCtx& tc = threads_[r->thread];
+      tc.sync[r->sync_slot].request = nullptr;
+      tc.sync_free.push_back(r->sync_slot);
+    }
+    r->state = ReqState::kIdle;
+    return RDMX_ERR_NO_RESOURCE;
+  }
+  queue_send(peer, r);
+  return RDMX_OK;
+}
+
+}  // namespace rdmx::transport

@@ -1,0 +1,456 @@
+// Connection set-up over the UD control QP.
+//
+// An address blob is per worker, but RC needs per-peer QP numbers. So every worker has a UD
+// control QP named in its blob, and rdmx_ep_create runs this handshake:
+//
+//   requester (ep_create)                            responder
+//   creates its RC QPs (INIT)
+//   kConnect{REQUEST, its index for the responder,
+//            its RC QPNs/PSNs, its whole address}  ->  finds or creates the peer (an implicit
+//   retransmitted with backoff until answered          endpoint), creates its RC QPs, moves them
+//   or peer_timeout_ms passes (then UNREACHABLE)       to RTR/RTS against the requester's QPNs,
+//                                                  <-  kConnect{REPLY, its index, its QPNs/PSNs}
+//   RTR/RTS against the responder's QPNs;              (every REQUEST is answered the same way:
+//   queued sends go out                                idempotent, so a lost REPLY only costs a
+//                                                      retransmission)
+//
+// Both sides connecting at once works too: each side's REQUEST finds the other already holding
+// QPs for it, so each connects its existing QPs and replies. In UD mode the same exchange only
+// trades endpoint indices (the UD QPNs are in the blob); the data QPs then carry everything.
+// A worker that is destroyed sends kDisconnect (best effort) so its peers fail its sends at once
+// instead of after peer_timeout_ms.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "transport/worker.h"
+#include "verbs/error.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+constexpr std::uint8_t kOpRequest = 1;
+constexpr std::uint8_t kOpReply = 2;
+
+// kConnect payload. Little-endian, copied with load_wire/store_wire.
+struct ConnectBody {
+  std::uint8_t op;
+  std::uint8_t transport;
+  std::uint16_t reserved;
+  std::uint32_t sender_index;     // the sender's index for the receiver: src_ep to use
+  std::uint64_t target_uid;       // who this is for
+  std::uint64_t target_instance;  // which incarnation of it (0: not known yet)
+  std::uint32_t rc_qpn[kNumClasses];
+  std::uint32_t rc_psn[kNumClasses];
+  std::uint8_t address[kAddressSize];  // the sender's own address blob
+};
+static_assert(sizeof(ConnectBody) + protocol::kHeaderSize <= kCtrlCapacity);
+
+constexpr std::uint64_t kConnectRtoUs = 2000;
+constexpr std::uint64_t kConnectRtoMaxUs = 200000;
+
+ibv_mtu mtu_enum(std::uint32_t bytes) {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+}  // namespace
+
+Peer* Worker::find_peer(std::uint64_t uid) noexcept {
+  const auto it = peer_by_uid_.find(uid);
+  return it == peer_by_uid_.end() ? nullptr : peers_[it->second].get();
+}
+
+Peer& Worker::add_peer(std::uint64_t uid) {
+  auto p = std::make_unique<Peer>();
+  p->ep.worker = this;
+  p->index = static_cast<std::uint32_t>(peers_.size());
+  p->uid = uid;
+  peer_by_uid_.emplace(uid, p->index);
+  peers_.push_back(std::move(p));
+  return *peers_.back();
+}
+
+void Worker::set_state(Peer& peer, PeerState to) {
+  const PeerState from = peer.state;
+  const bool ok = (from == PeerState::kIdle && to == PeerState::kConnecting) ||
+                  (from == PeerState::kIdle && to == PeerState::kConnected) ||
+                  (from == PeerState::kConnecting && to == PeerState::kConnected) ||
+                  (from != PeerState::kFailed && to == PeerState::kFailed);
+  if (!ok) {
+    std::fprintf(stderr, "rdmx: peer %016llx: refused transition %s -> %s\n",
+                 static_cast<unsigned long long>(peer.uid), to_string(from).data(),
+                 to_string(to).data());
+    return;
+  }
+  if (config_.verbose >= 2) {
+    std::fprintf(stderr, "rdmx: peer %016llx (index %u): %s -> %s\n",
+                 static_cast<unsigned long long>(peer.uid), peer.index, to_string(from).data(),
+                 to_string(to).data());
+  }
+  peer.state = to;
+}
+
+int Worker::set_address(Peer& peer, const WorkerAddress& a) {
+  if (a.transport != (ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC)) {
+    std::fprintf(stderr,
+                 "rdmx: peer %016llx uses transport %s but this worker uses %s: set the same "
+                 "RDMX_TRANSPORT (and expected peers) everywhere\n",
+                 static_cast<unsigned long long>(a.uid),
+                 transport_name(static_cast<rdmx_transport_t>(a.transport)),
+                 ud_mode_ ? "ud" : "rc");
+    return RDMX_ERR_UNSUPPORTED;
+  }
+  verbs::AhAttr attr{.sgid_index = static_cast<std::uint8_t>(gid_index_)};
+  std::memcpy(attr.dgid.raw, a.gid.data(), 16);
+  attr.port_num = port_;
+  attr.dlid = a.lid;
+  try {
+    peer.ah = std::make_unique<verbs::AddressHandle>(verbs::AddressHandle::create(*pd_, attr));
+  } catch (const verbs::Error& e) {
+    std::fprintf(stderr, "rdmx: cannot reach peer %016llx: %s\n",
+                 static_cast<unsigned long long>(a.uid), e.what());
+    return RDMX_ERR_UNREACHABLE;
+  }
+  peer.address = a;
+  peer.have_address = true;
+  peer.remote_instance = a.instance;
+  peer.path_mtu = mtu_enum(std::min(a.mtu, 128u << static_cast<unsigned>(port_attr_.active_mtu)));
+  peer.pending_match_acks.reserve(64);
+  if (ud_mode_) {
+    peer.rx = std::make_unique<protocol::Sequencer>(kUdWindow);
+    protocol::SendWindowConfig wc;
+    wc.window = kUdWindow;
+    wc.rto_initial_us = std::max<std::uint32_t>(config_.ud_rto_us, 100);
+    wc.rto_max_us = std::max<std::uint64_t>(wc.rto_initial_us, 1'000'000);
+    wc.peer_timeout_us = std::uint64_t{std::max<std::uint32_t>(config_.peer_timeout_ms, 1)} * 1000;
+    peer.ud_tx = std::make_unique<protocol::SendWindow>(wc);
+    peer.ud_ack = std::make_unique<protocol::AckPolicy>();
+  } else {
+    peer.rx = std::make_unique<protocol::Sequencer>(kRcOrderWindow);
+    peer.rc_guard = std::make_unique<OrderGuard>(kRcOrderWindow);
+  }
+  return RDMX_OK;
+}
+
+void Worker::create_rc_qps(Peer& peer) {
+  std::random_device rd;
+  for (int c = 0; c < kNumClasses; ++c) {
+    auto qp = std::make_unique<verbs::QueuePair>(
+        verbs::QueuePair::create(*pd_, verbs::QpConfig{.type = IBV_QPT_RC,
+                                                       .send_cq = &*send_cq_,
+                                                       .recv_cq = &*recv_cq_,
+                                                       .srq = &pools_[c]->srq_object(),
+                                                       .caps = {.max_send_wr = kRcSendDepth,
+                                                                .max_recv_wr = 0,
+                                                                .max_send_sge = 2,
+                                                                .max_recv_sge = 1,
+                                                                .max_inline_data = max_inline_},
+                                                       .sq_sig_all = false}));
+    // REMOTE_WRITE: the zero-length write that flushes unsignalled sends (and, later, the
+    // rendezvous writes) must be accepted by the responder.
+    qp->to_init(
+        verbs::RcInitAttr{.port_num = port_,
+                          .pkey_index = 0,
+                          .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
+    peer.rc_psn[c] = rd() & 0xffffff;
+    peer.rc_sq[c] = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery);
+    peer.rc_qp[c] = std::move(qp);
+  }
+}
+
+void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_t* psn) {
+  verbs::RemoteQp remote;
+  std::memcpy(remote.gid.raw, peer.address.gid.data(), 16);
+  remote.lid = peer.address.lid;
+  for (int c = 0; c < kNumClasses; ++c) {
+    remote.qpn = qpn[c];
+    remote.psn = psn[c];
+    // min_rnr_timer 1 (0.01 ms): an empty SRQ costs senders a short wait, not 655 ms (0).
+    peer.rc_qp[c]->to_rtr(verbs::RcRtrAttr{.remote = remote,
+                                           .path_mtu = peer.path_mtu,
+                                           .sgid_index = static_cast<std::uint8_t>(gid_index_),
+                                           .min_rnr_timer = 1,
+                                           .max_dest_rd_atomic = 1,
+                                           .port_num = port_});
+    // timeout 15: 134 ms per try, 7 tries: a dead peer fails sends after about 1 s.
+    // rnr_retry 7: retry RNR for ever (the peer's SRQ may run dry under incast).
+    peer.rc_qp[c]->to_rts(verbs::RcRtsAttr{.sq_psn = peer.rc_psn[c],
+                                           .timeout = 15,
+                                           .retry_cnt = 7,
+                                           .max_rd_atomic = 1,
+                                           .rnr_retry = 7});
+  }
+  peer.rc_ready = true;
+}
+
+void Worker::start_connect(Peer& peer) {
+  if (!ud_mode_ && !peer.rc_qp[0]) {
+    create_rc_qps(peer);
+  }
+  set_state(peer, PeerState::kConnecting);
+  const std::uint64_t now = now_us();
+  peer.conn_start_us = now;
+  peer.conn_rto_us = kConnectRtoUs;
+  peer.conn_next_us = now + peer.conn_rto_us;
+  peer.conn_tries = 1;
+  (void)send_connect(peer, kOpRequest);
+  if (!peer.conn_listed) {
+    peer.conn_listed = true;
+    connect_list_.push_back(&peer);
+  }
+  next_connect_timer_us_ = std::min(
+      next_connect_timer_us_ == 0 ? peer.conn_next_us : next_connect_timer_us_, peer.conn_next_us);
+}
+
+void Worker::run_connect_timers(std::uint64_t now) {
+  std::uint64_t next = 0;
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < connect_list_.size(); ++i) {
+    Peer& p = *connect_list_[i];
+    if (p.state != PeerState::kConnecting) {
+      p.conn_listed = false;
+      continue;
+    }
+    if (now - p.conn_start_us >= std::uint64_t{config_.peer_timeout_ms} * 1000) {
+      p.conn_listed = false;
+      fail_peer(p, RDMX_ERR_UNREACHABLE, "no answer to the connection request");
+      continue;
+    }
+    if (now >= p.conn_next_us) {
+      ++p.conn_tries;
+      (void)send_connect(p, kOpRequest);
+      p.conn_rto_us = std::min(p.conn_rto_us * 2, kConnectRtoMaxUs);
+      p.conn_next_us = now + p.conn_rto_us;
+    }
+    next = next == 0 ? p.conn_next_us : std::min(next, p.conn_next_us);
+    connect_list_[keep++] = &p;
+  }
+  connect_list_.resize(keep);
+  next_connect_timer_us_ = next;
+}
+
+bool Worker::post_ctrl(Peer& peer, const protocol::MsgHeader& header, const void* body,
+                       std::size_t length) {
+  eager::SendPool& pool = *threads_[0].send;
+  std::uint32_t buf = 0;
+  if (!peer.ah || !pool.alloc_buffer(0, &buf)) {
+    return false;
+  }
+  std::byte* data = pool.buffer(0, buf);
+  protocol::store_wire(data, header);
+  if (length != 0) {
+    std::memcpy(data + protocol::kHeaderSize, body, length);
+  }
+  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
+              .length = static_cast<std::uint32_t>(protocol::kHeaderSize + length),
+              .lkey = pool.lkey()};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ctrl_qpn;
+  wr.wr.ud.remote_qkey = kQkey;
+  const int rc = ctrl_sq_.post(
+      pool, wr,
+      eager::SendQueue::Post{
+          .kind = protocol::WrKind::kControl, .buf_class = 0, .buf = buf, .want_signal = true});
+  if (rc != 0) {
+    pool.release_unused(0, buf);
+    if (rc != EAGAIN && rc != ESHUTDOWN) {
+      verbs::log_verb_failure("ibv_post_send", rc, "control QP");
+    }
+    return false;
+  }
+  return true;
+}
+
+bool Worker::send_connect(Peer& peer, std::uint8_t op) {
+  ConnectBody body{};
+  body.op = op;
+  body.transport = static_cast<std::uint8_t>(ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC);
+  body.sender_index = peer.index;
+  body.target_uid = peer.uid;
+  body.target_instance = peer.remote_instance;
+  for (int c = 0; c < kNumClasses; ++c) {
+    body.rc_qpn[c] = peer.rc_qp[c] ? peer.rc_qp[c]->qp_num() : 0;
+    body.rc_psn[c] = peer.rc_psn[c];
+  }
+  std::memcpy(body.address, address_bytes_.data(), kAddressSize);
+  protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kConnect);
+  h.src_ep = peer.remote_index;
+  h.payload_length = sizeof(body);
+  return post_ctrl(peer, h, &body, sizeof(body));
+}
+
+bool Worker::send_disconnect(Peer& peer) {
+  if (peer.remote_index == kNoIndex) {
+    return false;
+  }
+  protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kDisconnect);
+  h.src_ep = peer.remote_index;
+  return post_ctrl(peer, h, nullptr, 0);
+}
+
+void Worker::on_connected(Peer& peer) {
+  set_state(peer, PeerState::kConnected);
+  if (config_.verbose >= 2) {
+    std::fprintf(stderr, "rdmx: connected to %016llx (its index for us %u) after %u tries\n",
+                 static_cast<unsigned long long>(peer.uid), peer.remote_index, peer.conn_tries);
+  }
+  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+    list_for_flush(peer);
+  }
+}
+
+void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv_wc& wc) {
+  if (length < protocol::kHeaderSize) {
+    return;
+  }
+  const auto h = protocol::load_wire<protocol::MsgHeader>(msg);
+  if (protocol::validate(h, length) != protocol::WireError::kOk) {
+    if (config_.verbose >= 2) {
+      std::fprintf(stderr, "rdmx: dropped a malformed control message (%zu bytes)\n", length);
+    }
+    return;
+  }
+  const auto kind = static_cast<protocol::MsgKind>(h.kind);
+  if (kind == protocol::MsgKind::kDisconnect) {
+    if (h.src_ep < peers_.size()) {
+      Peer& p = *peers_[h.src_ep];
+      if (p.have_address && p.address.ctrl_qpn == wc.src_qp) {
+        fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed");
+      }
+    }
+    return;
+  }
+  if (kind != protocol::MsgKind::kConnect || h.payload_length != sizeof(ConnectBody)) {
+    return;
+  }
+  const auto body = protocol::load_wire<ConnectBody>(msg + protocol::kHeaderSize);
+  WorkerAddress from;
+  if (decode_address(body.address, kAddressSize, &from) != RDMX_OK || body.target_uid != uid_ ||
+      (body.target_instance != 0 && body.target_instance != instance_)) {
+    return;  // not for this worker (or for an earlier incarnation of it)
+  }
+  if (body.op == kOpRequest) {
+    Peer* p = find_peer(from.uid);
+    if (p == nullptr) {
+      p = &add_peer(from.uid);  // an implicit endpoint for the requester
+    }
+    if (p->state == PeerState::kFailed) {
+      return;
+    }
+    if (!p->have_address) {
+      if (set_address(*p, from) != RDMX_OK) {
+        return;
+      }
+    } else if (p->address.instance != from.instance) {
+      if (config_.verbose >= 1) {
+        std::fprintf(stderr,
+                     "rdmx: ignoring a connection request from a new incarnation of %016llx\n",
+                     static_cast<unsigned long long>(from.uid));
+      }
+      return;
+    }
+    try {
+      if (!ud_mode_) {
+        if (!p->rc_qp[0]) {
+          create_rc_qps(*p);
+        }
+        if (!p->rc_ready) {
+          connect_rc(*p, body.rc_qpn, body.rc_psn);
+        }
+      }
+    } catch (const verbs::Error& e) {
+      std::fprintf(stderr, "rdmx: connecting to %016llx failed: %s\n",
+                   static_cast<unsigned long long>(from.uid), e.what());
+      fail_peer(*p, RDMX_ERR_UNREACHABLE, "RC connection failed");
+      return;
+    }
+    p->remote_index = body.sender_index;
+    if (p->state != PeerState::kConnected) {
+      on_connected(*p);
+    }
+    (void)send_connect(*p, kOpReply);
+    return;
+  }
+  if (body.op == kOpReply) {
+    Peer* p = find_peer(from.uid);
+    if (p == nullptr || p->state != PeerState::kConnecting ||
+        p->address.instance != from.instance) {
+      return;  // a duplicate reply, or one for a connection already given up
+    }
+    try {
+      if (!ud_mode_ && !p->rc_ready) {
+        connect_rc(*p, body.rc_qpn, body.rc_psn);
+      }
+    } catch (const verbs::Error& e) {
+      std::fprintf(stderr, "rdmx: connecting to %016llx failed: %s\n",
+                   static_cast<unsigned long long>(from.uid), e.what());
+      fail_peer(*p, RDMX_ERR_UNREACHABLE, "RC connection failed");
+      return;
+    }
+    p->remote_index = body.sender_index;
+    on_connected(*p);
+  }
+}
+
+int Worker::ep_create(const void* address, std::size_t length, rdmx_ep** ep) {
+  if (address == nullptr || ep == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  WorkerAddress a;
+  if (const int rc = decode_address(address, length, &a); rc != RDMX_OK) {
+    return rc;
+  }
+  if (a.transport != (ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC)) {
+    std::fprintf(stderr,
+                 "rdmx: rdmx_ep_create: the peer uses transport %s, this worker %s: set the "
+                 "same RDMX_TRANSPORT everywhere\n",
+                 transport_name(static_cast<rdmx_transport_t>(a.transport)),
+                 ud_mode_ ? "ud" : "rc");
+    return RDMX_ERR_UNSUPPORTED;
+  }
+  try {
+    Peer* p = find_peer(a.uid);
+    if (p == nullptr) {
+      p = &add_peer(a.uid);
+    }
+    if (p->state == PeerState::kFailed) {
+      return RDMX_ERR_UNREACHABLE;
+    }
+    if (!p->have_address) {
+      if (const int rc = set_address(*p, a); rc != RDMX_OK) {
+        return rc;
+      }
+    } else if (p->address.instance != a.instance) {
+      return RDMX_ERR_UNREACHABLE;  // the peer restarted under the same uid
+    }
+    if (p->state == PeerState::kIdle) {
+      start_connect(*p);
+    }
+    ++p->ep_refs;
+    *ep = &p->ep;
+  } catch (const verbs::Error& e) {
+    std::fprintf(stderr, "rdmx: rdmx_ep_create: %s\n", e.what());
+    return e.errnum() == ENOMEM ? RDMX_ERR_NO_MEMORY : RDMX_ERR_IO;
+  } catch (const std::bad_alloc&) {
+    return RDMX_ERR_NO_MEMORY;
+  }
+  return RDMX_OK;
+}
+
+void Worker::ep_destroy(Peer& peer) {
+  if (peer.ep_refs > 0 && --peer.ep_refs == 0) {
+    fail_pending(peer, RDMX_ERR_UNREACHABLE);
+  }
+}
+
+}  // namespace rdmx::transport

@@ -1,0 +1,596 @@
+// Worker bring-up, teardown and statistics.
+#include "transport/worker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "transport/debug.h"
+#include "verbs/error.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+std::mutex g_report_mutex;
+debug::DestroyReport g_last_report;
+std::atomic<std::uint32_t> g_worker_counter{0};
+
+std::uint32_t mtu_bytes(ibv_mtu mtu) {
+  return 128u << static_cast<unsigned>(mtu);
+}
+
+const char* link_layer_name(std::uint8_t ll) {
+  return ll == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand";
+}
+
+// Thrown for setup failures that are not a failed verb: carries the rdmx code.
+struct SetupError {
+  int code;
+  std::string message;
+};
+
+// The rdmx code and the fix for a verbs failure during setup.
+int code_for(const verbs::Error& e, std::string* fix) {
+  switch (e.errnum()) {
+    case ENOSYS:
+      *fix = "this kernel has no RDMA support: run under ci/softroce/run or load rdma_rxe";
+      return RDMX_ERR_NO_DEVICE;
+    case ENODEV:
+      *fix = "check `ibv_devices`; set RDMX_DEVICE to one of them";
+      return RDMX_ERR_NO_DEVICE;
+    case ENOENT:
+      *fix = "set RDMX_GID_INDEX (see `ibv_devinfo -v` or /sys/class/infiniband/DEV/ports/N/gids)";
+      return RDMX_ERR_NO_DEVICE;
+    case ENOMEM:
+    case EPERM:
+      *fix = "raise the locked-memory limit (`ulimit -l unlimited`) or lower RDMX_SRQ_DEPTH";
+      return RDMX_ERR_NO_MEMORY;
+    case EINVAL:
+      *fix = "a queue size exceeds a device limit: lower RDMX_SRQ_DEPTH / buffer sizes";
+      return RDMX_ERR_UNSUPPORTED;
+    default:
+      *fix = "RDMX_VERBOSE=2 shows the configuration used";
+      return RDMX_ERR_IO;
+  }
+}
+
+std::uint64_t read_u64_file(const std::string& path) {
+  std::ifstream in(path);
+  std::uint64_t v = 0;
+  in >> v;
+  return in ? v : 0;
+}
+
+}  // namespace
+
+std::string_view to_string(PeerState state) noexcept {
+  switch (state) {
+    case PeerState::kIdle:
+      return "idle";
+    case PeerState::kConnecting:
+      return "connecting";
+    case PeerState::kConnected:
+      return "connected";
+    case PeerState::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+Worker::Worker(const rdmx_config_t& config) : config_(config), matcher_(64) {
+  if (config_.device != nullptr) {
+    device_name_ = config_.device;
+  }
+  config_.device = nullptr;  // the caller's string need not outlive the call
+}
+
+int Worker::create(const rdmx_config_t& config, Worker** out) {
+  std::unique_ptr<Worker> w(new (std::nothrow) Worker(config));
+  if (!w) {
+    return RDMX_ERR_NO_MEMORY;
+  }
+  try {
+    w->setup();
+  } catch (const SetupError& e) {
+    std::fprintf(stderr, "rdmx: worker creation failed: %s\n", e.message.c_str());
+    return e.code;
+  } catch (const verbs::Error& e) {
+    std::string fix;
+    const int code = code_for(e, &fix);
+    std::fprintf(stderr, "rdmx: worker creation failed on %s: %s; fix: %s\n",
+                 w->device_name_.empty() ? "(first active device)" : w->device_name_.c_str(),
+                 e.what(), fix.c_str());
+    return code;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "rdmx: worker creation failed: out of memory\n");
+    return RDMX_ERR_NO_MEMORY;
+  }
+  *out = w.release();
+  return RDMX_OK;
+}
+
+void Worker::setup() {
+  // Device and port.
+  ctx_.emplace(verbs::Context::open(device_name_));
+  device_name_ = ctx_->name();
+  if (config_.port == 0) {
+    port_ = ctx_->first_active_port();
+    if (port_ == 0) {
+      throw SetupError{RDMX_ERR_NO_DEVICE,
+                       "no active port on " + device_name_ + ": set RDMX_DEVICE/RDMX_PORT"};
+    }
+  } else {
+    port_ = static_cast<std::uint8_t>(config_.port);
+  }
+  port_attr_ = ctx_->query_port(port_);
+  if (port_attr_.state != IBV_PORT_ACTIVE) {
+    throw SetupError{RDMX_ERR_NO_DEVICE, "port " + std::to_string(port_) + " of " + device_name_ +
+                                             " is not active: set RDMX_DEVICE/RDMX_PORT"};
+  }
+  if (config_.gid_index >= 0) {
+    gid_index_ = static_cast<std::uint32_t>(config_.gid_index);
+  } else if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET) {
+    gid_index_ = verbs::find_gid_index(*ctx_, port_);  // ENOENT: no RoCE v2 IPv4 GID
+  } else {
+    gid_index_ = 0;
+  }
+  gid_ = verbs::query_gid(*ctx_, port_, gid_index_);
+  if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET && verbs::is_zero(gid_)) {
+    throw SetupError{RDMX_ERR_NO_DEVICE, "GID index " + std::to_string(gid_index_) + " of " +
+                                             device_name_ + " port " + std::to_string(port_) +
+                                             " is empty: set RDMX_GID_INDEX"};
+  }
+
+  // Sizes.
+  std::string why;
+  if (resolve(config_, mtu_bytes(port_attr_.active_mtu), &res_, &why) != RDMX_OK) {
+    throw SetupError{RDMX_ERR_INVALID_PARAM, why};
+  }
+  ud_mode_ = res_.ud;
+  uid_ = config_.uid;
+  if (uid_ == 0) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    uid_ = derive_uid(host, static_cast<std::uint32_t>(getpid()),
+                      g_worker_counter.fetch_add(1, std::memory_order_relaxed));
+  }
+  std::random_device rd;
+  instance_ =
+      (std::uint64_t{rd()} << 32) ^ rd() ^
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  if (instance_ == 0) {
+    instance_ = 1;
+  }
+  rng_ = instance_ | 1;
+  drop_threshold_ = static_cast<std::uint32_t>(std::min(config_.ud_drop_rate, 1.0) * 4294967295.0);
+
+  if (config_.verbose >= 1) {
+    std::fprintf(stderr,
+                 "rdmx: %s port %u (%s, mtu %u) gid[%u] %s, transport %s (%u expected peers, "
+                 "UD from %u), classes %u/%u B, srq depth %u watermark %u batch %u, eager limit "
+                 "%zu, uid %016llx\n",
+                 device_name_.c_str(), port_, link_layer_name(port_attr_.link_layer),
+                 mtu_bytes(port_attr_.active_mtu), gid_index_, verbs::to_string(gid_).c_str(),
+                 ud_mode_ ? "ud" : "rc", config_.expected_peers, config_.auto_ud_peers,
+                 res_.small_buf, res_.large_buf, res_.srq_depth, res_.low_watermark,
+                 res_.refill_batch, res_.eager_limit, static_cast<unsigned long long>(uid_));
+  }
+
+  events_.emplace(*ctx_);
+  pd_.emplace(verbs::ProtectionDomain::create(*ctx_));
+  const int nthreads = 1;
+  send_cq_.emplace(verbs::CompletionQueue::create(
+      *ctx_, static_cast<int>(kSendDescs * nthreads + kSendCqSlack)));
+  recv_cq_.emplace(verbs::CompletionQueue::create(
+      *ctx_, static_cast<int>(2 * res_.srq_depth + kCtrlDepth + kSendCqSlack)));
+
+  // Receive pools: one SRQ per size class, plus the control QP's.
+  const std::uint32_t grh = ud_mode_ ? static_cast<std::uint32_t>(eager::kGrhBytes) : 0;
+  const protocol::WrKind data_kind =
+      ud_mode_ ? protocol::WrKind::kUdRecv : protocol::WrKind::kSrqRecv;
+  const std::uint32_t spare = res_.srq_depth / 2 + res_.refill_batch;
+  const std::array<std::uint32_t, 2> caps{res_.small_buf, res_.large_buf};
+  for (std::uint8_t c = 0; c < 2; ++c) {
+    pools_[c] = std::make_unique<eager::SrqPool>(
+        *pd_, eager::SrqPool::Params{.pool_id = c,
+                                     .kind = data_kind,
+                                     .thread = 0,
+                                     .generation = 1,
+                                     .capacity = caps[c],
+                                     .grh_bytes = grh,
+                                     .depth = res_.srq_depth,
+                                     .spare = spare,
+                                     .watermark = res_.low_watermark,
+                                     .batch = res_.refill_batch});
+  }
+  pools_[kPoolCtrl] = std::make_unique<eager::SrqPool>(
+      *pd_, eager::SrqPool::Params{.pool_id = kPoolCtrl,
+                                   .kind = protocol::WrKind::kUdRecv,
+                                   .thread = 0,
+                                   .generation = 1,
+                                   .capacity = kCtrlCapacity,
+                                   .grh_bytes = static_cast<std::uint32_t>(eager::kGrhBytes),
+                                   .depth = kCtrlDepth,
+                                   .spare = 16,
+                                   .watermark = 8,
+                                   .batch = 8});
+  for (auto& pool : pools_) {
+    eager::SrqPool* p = pool.get();
+    events_->on(IBV_EVENT_SRQ_LIMIT_REACHED, p->srq(),
+                [p](const ibv_async_event&) { p->on_limit_event(); });
+  }
+
+  // Send resources of the (single, for now) posting thread.
+  threads_.resize(static_cast<std::size_t>(nthreads));
+  for (int t = 0; t < nthreads; ++t) {
+    ThreadCtx& tc = threads_[static_cast<std::size_t>(t)];
+    tc.index = static_cast<std::uint16_t>(t);
+    const auto hdr = static_cast<std::uint32_t>(protocol::kHeaderSize);
+    tc.send = std::make_unique<eager::SendPool>(
+        *pd_,
+        eager::SendPool::Params{
+            .thread = tc.index,
+            .capacity = {std::max(hdr + res_.small_buf, hdr + kCtrlCapacity), hdr + res_.large_buf},
+            .count = {kSendSmallBuffers, kSendLargeBuffers},
+            .descs = kSendDescs});
+    tc.sync.resize(kSyncSlots);
+    tc.sync_free.resize(kSyncSlots);
+    for (std::uint32_t i = 0; i < kSyncSlots; ++i) {
+      tc.sync_free[i] = kSyncSlots - 1 - i;
+    }
+  }
+
+  // UD QPs: the control QP (always) and, in UD mode, one data QP per size class. The first one
+  // finds the largest inline size the device takes.
+  auto make_ud = [&](verbs::SharedReceiveQueue& srq, std::uint32_t depth) {
+    static constexpr std::uint32_t kInlineTry[] = {512, 256, 128, 64, 0};
+    for (const std::uint32_t inl : kInlineTry) {
+      if (max_inline_ != 0 && inl > max_inline_) {
+        continue;
+      }
+      try {
+        auto qp = std::make_unique<verbs::QueuePair>(
+            verbs::QueuePair::create(*pd_, verbs::QpConfig{.type = IBV_QPT_UD,
+                                                           .send_cq = &*send_cq_,
+                                                           .recv_cq = &*recv_cq_,
+                                                           .srq = &srq,
+                                                           .caps = {.max_send_wr = depth,
+                                                                    .max_recv_wr = 0,
+                                                                    .max_send_sge = 2,
+                                                                    .max_recv_sge = 1,
+                                                                    .max_inline_data = inl},
+                                                           .sq_sig_all = false}));
+        max_inline_ = qp->caps().max_inline_data;
+        qp->to_init(verbs::UdInitAttr{.qkey = kQkey, .port_num = port_, .pkey_index = 0});
+        qp->to_rtr();
+        qp->to_rts(verbs::UdRtsAttr{.sq_psn = 0});
+        return qp;
+      } catch (const verbs::Error& e) {
+        if (inl == 0 || e.verb() != "ibv_create_qp") {
+          throw;
+        }
+      }
+    }
+    throw verbs::Error("ibv_create_qp", EINVAL, "UD QP");
+  };
+  ctrl_qp_ = make_ud(pools_[kPoolCtrl]->srq_object(), kCtrlSendDepth);
+  ctrl_sq_ = eager::SendQueue(ctrl_qp_->get(), kCtrlSendDepth, kSignalEvery);
+  if (ud_mode_) {
+    for (int c = 0; c < kNumClasses; ++c) {
+      ud_qp_[c] = make_ud(pools_[c]->srq_object(), kUdSendDepth);
+      ud_sq_[c] = eager::SendQueue(ud_qp_[c]->get(), kUdSendDepth, kSignalEvery);
+    }
+  }
+
+  // Device-wide RNR counter baseline (rxe exposes it; other devices may not).
+  rnr_baseline_ = read_u64_file("/sys/class/infiniband/" + device_name_ + "/ports/" +
+                                std::to_string(port_) + "/hw_counters/rcvd_rnr_err");
+
+  WorkerAddress a;
+  a.transport = static_cast<std::uint8_t>(ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC);
+  a.port = port_;
+  a.caps = static_cast<std::uint8_t>(kCapRc | (ud_mode_ ? kCapUd : 0));
+  a.uid = uid_;
+  a.instance = instance_;
+  std::memcpy(a.gid.data(), gid_.raw, 16);
+  a.lid = port_attr_.lid;
+  a.link_layer = port_attr_.link_layer;
+  a.mtu = mtu_bytes(port_attr_.active_mtu);
+  a.ctrl_qpn = ctrl_qp_->qp_num();
+  if (ud_mode_) {
+    a.ud_qpn = {ud_qp_[0]->qp_num(), ud_qp_[1]->qp_num()};
+  }
+  a.class_capacity = {res_.small_buf, res_.large_buf};
+  a.max_inline = max_inline_;
+  address_bytes_ = encode_address(a);
+}
+
+Worker::~Worker() {
+  teardown();
+}
+
+void Worker::teardown() noexcept {
+  const auto t0 = std::chrono::steady_clock::now();
+  debug::DestroyReport report;
+  report.valid = true;
+  closing_ = true;
+
+  // 1. Fail every active request and run every pending callback.
+  while (active_head_ != nullptr) {
+    Request* r = active_head_;
+    if (r->type == ReqType::kRecv && r->recv.posted()) {
+      (void)matcher_.cancel(r->recv);
+    }
+    if (r->type == ReqType::kSend && r->sync_slot != kNoIndex) {
+      ThreadCtx& tc = threads_[r->thread];
+      SyncSlot& s = tc.sync[r->sync_slot];
+      s.request = nullptr;
+      s.generation = static_cast<std::uint8_t>(s.generation + 1);
+      tc.sync_free.push_back(r->sync_slot);
+      r->sync_slot = kNoIndex;
+    }
+    ++report.requests_failed;
+    complete(r, RDMX_ERR_CANCELED);  // deactivates it
+  }
+  for (auto& p : peers_) {
+    p->pending_head = p->pending_tail = nullptr;
+    p->pending_count = 0;
+  }
+  (void)run_completions();
+
+  // 2. Tell connected peers we are going (best effort, unacknowledged), and let those sends
+  //    leave before the QPs go to ERR.
+  if (ctrl_qp_ && send_cq_) {
+    bool any = false;
+    for (auto& p : peers_) {
+      if (p->state == PeerState::kConnected && p->ah) {
+        any |= send_disconnect(*p);
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (any && ctrl_sq_.outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
+      (void)poll_cqs();
+    }
+  }
+
+  // 3. QPs, in the verbs/ teardown sequence: ERR, LAST_WQE_REACHED (bounded), drain, destroy.
+  //    All QPs go to ERR first so that their flushes and events overlap.
+  std::vector<std::pair<verbs::QueuePair*, eager::SendQueue*>> qps;
+  for (auto& p : peers_) {
+    for (int c = 0; c < kNumClasses; ++c) {
+      if (p->rc_qp[c]) {
+        qps.emplace_back(p->rc_qp[c].get(), &p->rc_sq[c]);
+      }
+    }
+  }
+  for (int c = 0; c < kNumClasses; ++c) {
+    if (ud_qp_[c]) {
+      qps.emplace_back(ud_qp_[c].get(), &ud_sq_[c]);
+    }
+  }
+  if (ctrl_qp_) {
+    qps.emplace_back(ctrl_qp_.get(), &ctrl_sq_);
+  }
+  for (auto [qp, sq] : qps) {
+    sq->close();
+    if (qp->state() != IBV_QPS_RESET) {
+      try {
+        qp->to_error();
+      } catch (const verbs::Error& e) {
+        verbs::log_verb_failure(e.verb(), e.errnum(), "QP to ERR at teardown");
+      }
+    }
+  }
+  const auto on_wc = [this](const ibv_wc& wc) {
+    if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
+      return;
+    }
+    const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
+    if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
+      on_recv_completion(wc);
+    } else {
+      on_send_completion(wc);
+    }
+  };
+  // rxe may never raise LAST_WQE_REACHED: once one QP has waited in vain, the others get a
+  // short wait (they went to ERR together, so their events would have come by now).
+  std::chrono::milliseconds last_wqe_wait{100};
+  ibv_ah* marker_ah = nullptr;
+  for (auto& p : peers_) {
+    if (p->ah) {
+      marker_ah = p->ah->get();
+      break;
+    }
+  }
+  for (auto [qp, sq] : qps) {
+    verbs::TeardownOptions opt;
+    opt.events = &*events_;
+    opt.last_wqe_timeout = last_wqe_wait;
+    opt.drain_timeout = std::chrono::milliseconds(1000);
+    opt.quiet_period = std::chrono::milliseconds(2);
+    opt.ud_marker_ah = marker_ah;
+    verbs::TeardownReport r;
+    try {
+      r = qp->shutdown(on_wc, opt);
+    } catch (...) {
+      r.destroy_error = EIO;
+    }
+    ++report.qps;
+    if (r.last_wqe_reached) {
+      ++report.qps_last_wqe;
+    } else if (r.last_wqe_awaited) {
+      last_wqe_wait = std::chrono::milliseconds(1);
+    }
+    if (r.drain_timed_out) {
+      ++report.drain_timeouts;
+    }
+    if (r.destroy_error != 0) {
+      ++report.destroy_errors;
+    }
+    // Unsignalled WRs that had completed before ERR never produce a completion: the drain
+    // marker, flushed behind them, retires them.
+    if (!threads_.empty()) {
+      (void)sq->retire_all(*threads_[0].send, [](eager::SendDesc&) {});
+    }
+  }
+  // Anything left on the CQs (other QPs' completions seen after their own drain).
+  if (send_cq_ && recv_cq_) {
+    std::array<ibv_wc, kPollBatch> wcs{};
+    for (ibv_cq* cq : {send_cq_->get(), recv_cq_->get()}) {
+      for (int n; (n = ibv_poll_cq(cq, kPollBatch, wcs.data())) > 0;) {
+        for (int i = 0; i < n; ++i) {
+          on_wc(wcs[static_cast<std::size_t>(i)]);
+        }
+      }
+    }
+  }
+  for (auto& p : peers_) {
+    p->rc_qp = {};
+  }
+  ud_qp_ = {};
+  ctrl_qp_.reset();
+
+  // Held and unexpected messages give their buffers back.
+  for (auto& p : peers_) {
+    if (p->rx) {
+      p->rx->drain_held([this](protocol::Seq, std::uint64_t cookie) {
+        release_message(reinterpret_cast<MsgDesc*>(cookie));
+      });
+    }
+  }
+  for (auto& chunk : desc_chunks_) {
+    for (std::size_t i = 0; i < kDescChunk; ++i) {
+      MsgDesc& d = chunk[i];
+      if (d.queued()) {
+        (void)matcher_.remove_unexpected(d);
+      }
+      if (d.heap != nullptr) {
+        std::free(d.heap);
+        d.heap = nullptr;
+      }
+    }
+  }
+
+  // 4. SRQs (no QP uses them any more), then everything else in reverse creation order.
+  for (auto& pool : pools_) {
+    if (pool && pool->destroy_srq() != 0) {
+      ++report.destroy_errors;
+    }
+  }
+  const WrAccount acc = wr_account();
+  report.wr_ids = debug::WrIds{.recv_posted = acc.recv_posted,
+                               .recv_completed = acc.recv_completed,
+                               .recv_reclaimed = acc.recv_reclaimed,
+                               .send_outstanding = acc.send_outstanding};
+  for (auto& p : peers_) {
+    p->ah.reset();
+  }
+  threads_.clear();
+  for (auto& pool : pools_) {
+    pool.reset();
+  }
+  if (send_cq_ && send_cq_->destroy() != 0) {
+    ++report.destroy_errors;
+  }
+  if (recv_cq_ && recv_cq_->destroy() != 0) {
+    ++report.destroy_errors;
+  }
+  send_cq_.reset();
+  recv_cq_.reset();
+  events_.reset();
+  if (pd_ && pd_->destroy() != 0) {
+    ++report.destroy_errors;
+  }
+  pd_.reset();
+  ctx_.reset();
+
+  report.teardown_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  if (config_.verbose >= 1) {
+    std::fprintf(stderr,
+                 "rdmx: worker %016llx destroyed in %llu us: %u QPs (%u with LAST_WQE_REACHED), "
+                 "%llu wr_ids outstanding, %u requests failed\n",
+                 static_cast<unsigned long long>(uid_),
+                 static_cast<unsigned long long>(report.teardown_us), report.qps,
+                 report.qps_last_wqe, static_cast<unsigned long long>(report.wr_ids.outstanding()),
+                 report.requests_failed);
+  }
+  std::lock_guard<std::mutex> lock(g_report_mutex);
+  g_last_report = report;
+}
+
+WrAccount Worker::wr_account() const {
+  WrAccount a;
+  for (const auto& pool : pools_) {
+    if (pool) {
+      a.recv_posted += pool->counters().posted;
+      a.recv_reclaimed += pool->counters().reclaimed;
+    }
+  }
+  a.recv_completed = recv_completed_;
+  for (const ThreadCtx& t : threads_) {
+    a.send_outstanding += t.send->descs_in_use();
+  }
+  return a;
+}
+
+void Worker::stats(rdmx_stats_t* out) const {
+  rdmx_stats_t s{};
+  for (int c = 0; c < kNumClasses; ++c) {
+    const eager::PoolCounters& k = pools_[c]->counters();
+    s.srq_posted += k.posted;
+    s.srq_consumed += k.consumed;
+    s.srq_refills += k.refills;
+    s.srq_limit_events += k.limit_events;
+    s.recv_mem_bytes += pools_[c]->registered_bytes();
+  }
+  const std::uint64_t rnr = read_u64_file("/sys/class/infiniband/" + device_name_ + "/ports/" +
+                                          std::to_string(port_) + "/hw_counters/rcvd_rnr_err");
+  s.rnr_naks = (rnr >= rnr_baseline_ ? rnr - rnr_baseline_ : 0) + stat_rnr_exceeded_;
+  s.ud_retransmits = stat_ud_retransmits_;
+  s.ud_duplicates = stat_ud_duplicates_;
+  s.ud_dropped_test = stat_ud_dropped_test_;
+  s.unexpected = stat_unexpected_;
+  std::uint64_t qps = ctrl_qp_ ? 1 : 0;
+  for (const auto& q : ud_qp_) {
+    qps += q ? 1 : 0;
+  }
+  for (const auto& p : peers_) {
+    for (const auto& q : p->rc_qp) {
+      qps += q ? 1 : 0;
+    }
+  }
+  s.num_qps = qps;
+  s.transport = ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC;
+  *out = s;
+}
+
+namespace debug {
+
+WrIds wr_ids(const rdmx_worker_t* worker) {
+  const WrAccount a = worker->impl->wr_account();
+  return WrIds{.recv_posted = a.recv_posted,
+               .recv_completed = a.recv_completed,
+               .recv_reclaimed = a.recv_reclaimed,
+               .send_outstanding = a.send_outstanding};
+}
+
+DestroyReport last_destroy_report() {
+  std::lock_guard<std::mutex> lock(g_report_mutex);
+  return g_last_report;
+}
+
+}  // namespace debug
+
+}  // namespace rdmx::transport

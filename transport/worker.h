@@ -1,0 +1,278 @@
+// The worker: one device context with its PD, CQs, SRQ pools, control QP and peers; the progress
+// engine behind the C API (include/rdmx/rdmx.h).
+//
+// Files: worker.cc (bring-up, teardown, stats), wireup.cc (control QP, connections), send.cc
+// (send path, pending queues, UD reliability timers), recv.cc (completion dispatch, sequencing,
+// tag matching, probe), api.cc (the C functions).
+//
+// Threads: the public API is single-threaded per worker, but send resources are per thread
+// (ThreadCtx, its index in every wr_id) so that more posting threads can be added without
+// changing the wire or the wr_id layout. Today there is one ThreadCtx.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "eager/send_pool.h"
+#include "eager/send_queue.h"
+#include "eager/srq_pool.h"
+#include "protocol/tag_match.h"
+#include "protocol/wire.h"
+#include "rdmx/rdmx.h"
+#include "transport/address.h"
+#include "transport/config.h"
+#include "transport/peer.h"
+#include "transport/request.h"
+#include "verbs/async_event.h"
+#include "verbs/context.h"
+#include "verbs/cq.h"
+#include "verbs/pd.h"
+#include "verbs/qp.h"
+
+struct rdmx_worker {
+  rdmx::transport::Worker* impl;
+};
+
+namespace rdmx::transport {
+
+// Pools by id (the id is in the wr_id slot of every receive).
+inline constexpr std::uint8_t kPoolSmall = 0;
+inline constexpr std::uint8_t kPoolLarge = 1;
+inline constexpr std::uint8_t kPoolCtrl = 2;
+inline constexpr int kNumPools = 3;
+
+// Queue sizes (see README "Defaults").
+inline constexpr std::uint32_t kRcSendDepth = 128;    // WRs per RC QP
+inline constexpr std::uint32_t kUdSendDepth = 1024;   // WRs per UD data QP (shared by peers)
+inline constexpr std::uint32_t kCtrlSendDepth = 256;  // WRs of the control QP
+inline constexpr std::uint32_t kCtrlDepth = 64;       // control receive buffers
+inline constexpr std::uint32_t kCtrlCapacity = 256;   // control message payload bytes
+inline constexpr std::uint32_t kSignalEvery = 16;     // selective signalling period
+inline constexpr std::uint32_t kSendDescs = 4096;     // send WRs in flight per thread
+inline constexpr std::uint32_t kSendSmallBuffers = 1024;
+inline constexpr std::uint32_t kSendLargeBuffers = 256;
+inline constexpr std::uint32_t kSyncSlots = 4096;   // Ssends waiting per thread
+inline constexpr std::size_t kRcOrderWindow = 512;  // early arrivals held per RC peer
+inline constexpr std::size_t kUdWindow = 256;       // UD send window = reorder window
+inline constexpr std::uint32_t kMaxPendingPerPeer = 1u << 16;
+inline constexpr std::uint32_t kQkey = 0x52444d58;  // "RDMX"
+inline constexpr int kPollBatch = 16;
+// rdmx_request_wait yields the CPU after this many progress calls that found nothing: when
+// processes outnumber CPUs (an emulated guest, an oversubscribed node) the peer it waits for
+// gets to run; with a CPU each, sched_yield returns at once.
+inline constexpr std::uint32_t kYieldAfterIdle = 64;
+// Every send WR of every thread fits in the send CQ (plus one teardown marker at a time), so the
+// CQ cannot overflow whatever completes in error.
+inline constexpr std::uint32_t kSendCqSlack = 64;
+static_assert(kSignalEvery < kRcSendDepth && kRcSendDepth <= kSendDescs);
+static_assert(kUdWindow <= kSendDescs && kUdWindow <= protocol::kMaxSeqWindow);
+static_assert(kRcOrderWindow <= protocol::kMaxSeqWindow);
+static_assert(kSyncSlots <= 0x10000, "sync cookie: 16-bit slot");
+
+// A message removed from the receive path before its receive was posted (unexpected) or before
+// its turn (early in sequence). Its bytes stay in the receive buffer when the pool can spare it,
+// otherwise they are copied to the heap.
+struct MsgDesc : protocol::UnexpectedMsg {
+  Peer* peer = nullptr;
+  protocol::MsgKind kind = protocol::MsgKind::kInvalid;
+  protocol::Seq seq = 0;
+  std::uint32_t aux = 0;
+  std::uint32_t length = 0;
+  const std::byte* data = nullptr;  // payload
+  std::uint8_t pool = 0xff;         // receive pool holding the bytes, 0xff: heap copy
+  std::uint32_t buf = 0;
+  std::byte* heap = nullptr;
+  MsgDesc* next_free = nullptr;
+};
+
+struct SyncSlot {
+  Request* request = nullptr;
+  Peer* peer = nullptr;
+  std::uint8_t generation = 0;
+};
+
+struct ThreadCtx {
+  std::uint16_t index = 0;
+  std::unique_ptr<eager::SendPool> send;
+  std::vector<SyncSlot> sync;
+  std::vector<std::uint32_t> sync_free;
+};
+
+// Outstanding-wr_id accounting for tests (transport/debug.h).
+struct WrAccount {
+  std::uint64_t recv_posted = 0;     // from the pools' counters
+  std::uint64_t recv_completed = 0;  // receive completions polled
+  std::uint64_t recv_reclaimed = 0;  // still in an SRQ when it was destroyed
+  std::uint64_t send_outstanding = 0;
+};
+
+class Worker {
+ public:
+  // Creates a worker; on failure prints the cause and fix (stderr) and returns the code.
+  static int create(const rdmx_config_t& config, Worker** out);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  rdmx_worker* handle() noexcept { return &handle_; }
+  std::uint64_t uid() const noexcept { return uid_; }
+  const std::uint8_t* address() const noexcept { return address_bytes_.data(); }
+  std::size_t address_length() const noexcept { return address_bytes_.size(); }
+
+  int ep_create(const void* address, std::size_t length, rdmx_ep** ep);
+  void ep_destroy(Peer& peer);
+
+  int tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+               unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
+  int tag_recv(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
+               std::uint64_t mask, Request* request, rdmx_callback_t callback, void* user_data);
+  int probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask, rdmx_status_t* status,
+            rdmx_message_t** message);
+  int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
+               rdmx_callback_t callback, void* user_data);
+  int cancel(Request* request);
+  int progress();
+  int wait(Request* request, rdmx_status_t* status, int timeout_ms);
+  void stats(rdmx_stats_t* out) const;
+  WrAccount wr_account() const;
+
+ private:
+  explicit Worker(const rdmx_config_t& config);
+  void setup();  // throws verbs::Error
+  void teardown() noexcept;
+
+  // --- peers and connections (wireup.cc)
+  Peer* find_peer(std::uint64_t uid) noexcept;
+  Peer& add_peer(std::uint64_t uid);
+  int set_address(Peer& peer, const WorkerAddress& address);
+  void create_rc_qps(Peer& peer);
+  void connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_t* psn);
+  void set_state(Peer& peer, PeerState to);
+  void start_connect(Peer& peer);
+  bool send_connect(Peer& peer, std::uint8_t op);
+  bool send_disconnect(Peer& peer);
+  bool post_ctrl(Peer& peer, const protocol::MsgHeader& header, const void* body,
+                 std::size_t length);
+  void on_ctrl_message(const std::byte* msg, std::size_t length, const ibv_wc& wc);
+  void run_connect_timers(std::uint64_t now_us);
+  void on_connected(Peer& peer);
+
+  // --- send path (send.cc)
+  enum class PostResult : std::uint8_t { kPosted, kNoResource, kFailed };
+  PostResult post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag, std::uint32_t aux,
+                          const void* payload, std::size_t length);
+  bool post_rc_flush(Peer& peer, int cls);
+  PostResult post_rc(Peer& peer, protocol::MsgHeader& header, const void* payload,
+                     std::size_t length);
+  PostResult post_ud(Peer& peer, protocol::MsgHeader& header, const void* payload,
+                     std::size_t length);
+  bool post_ud_ack(Peer& peer);
+  bool resend_ud(Peer& peer, std::uint32_t slot);
+  bool start_send(Peer& peer, Request* request);  // true: posted (or failed), false: must queue
+  void queue_send(Peer& peer, Request* request);
+  void flush_peer(Peer& peer);
+  void flush_listed_peers();
+  void list_for_flush(Peer& peer);
+  void send_match_ack(Peer& peer, std::uint32_t cookie);
+  void run_ud_timers(std::uint64_t now_us);
+  void list_ud_timer(Peer& peer);
+  void fail_peer(Peer& peer, int code, const char* why);
+  void fail_pending(Peer& peer, int code);
+  std::uint64_t now_us() const noexcept;
+
+  // --- receive path (recv.cc)
+  int poll_cqs();
+  void on_send_completion(const ibv_wc& wc);
+  void on_recv_completion(const ibv_wc& wc);
+  void on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc);
+  void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header,
+               const std::byte* payload, std::uint8_t pool, std::uint32_t buf);
+  MsgDesc* keep_message(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload,
+                        std::uint8_t pool, std::uint32_t buf);
+  void on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now);
+  void release_message(MsgDesc* desc);
+  MsgDesc* alloc_desc();
+  void free_desc(MsgDesc* desc);
+  void finish_recv(Request* request, Peer& peer, std::uint64_t tag, protocol::MsgKind kind,
+                   std::uint32_t aux, const std::byte* payload, std::size_t length);
+  void handle_async_events();
+  bool drop_for_test() noexcept;
+
+  // --- requests
+  void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data);
+  void activate(Request* r) noexcept;
+  void deactivate(Request* r) noexcept;
+  void complete(Request* r, int code);
+  int run_completions();
+
+  rdmx_worker handle_{this};
+  rdmx_config_t config_;
+  std::string device_name_;
+  Resolved res_;
+  bool ud_mode_ = false;
+  std::uint64_t uid_ = 0;
+  std::uint64_t instance_ = 0;
+  std::uint8_t port_ = 1;
+  std::uint32_t gid_index_ = 0;
+  ibv_gid gid_{};
+  ibv_port_attr port_attr_{};
+  std::uint32_t max_inline_ = 0;
+  std::uint64_t rng_ = 0;
+  std::uint32_t drop_threshold_ = 0;  // ud_drop_rate scaled to 2^32
+
+  // Verbs objects in creation order; teardown() destroys them in reverse, QPs first.
+  std::optional<verbs::Context> ctx_;
+  std::optional<verbs::AsyncEventReader> events_;
+  std::optional<verbs::ProtectionDomain> pd_;
+  std::optional<verbs::CompletionQueue> send_cq_;
+  std::optional<verbs::CompletionQueue> recv_cq_;
+  std::array<std::unique_ptr<eager::SrqPool>, kNumPools> pools_;
+  std::vector<ThreadCtx> threads_;
+  std::unique_ptr<verbs::QueuePair> ctrl_qp_;
+  eager::SendQueue ctrl_sq_;
+  std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> ud_qp_;
+  std::array<eager::SendQueue, kNumClasses> ud_sq_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::unordered_map<std::uint64_t, std::uint32_t> peer_by_uid_;
+
+  AddressBytes address_bytes_{};
+  protocol::TagMatcher matcher_;
+
+  Request* active_head_ = nullptr;
+  // Completed requests whose callbacks have not run (FIFO).
+  Request* done_head_ = nullptr;
+  Request* done_tail_ = nullptr;
+  std::vector<Peer*> flush_list_;
+  std::vector<Peer*> ud_timer_list_;
+  std::vector<Peer*> connect_list_;
+  std::uint64_t next_ud_timer_us_ = 0;
+  std::uint64_t next_connect_timer_us_ = 0;
+  std::uint32_t progress_calls_ = 0;
+  bool closing_ = false;
+
+  // Message descriptors: a free list grown in chunks on the slow path.
+  static constexpr std::size_t kDescChunk = 256;
+  std::vector<std::unique_ptr<MsgDesc[]>> desc_chunks_;
+  MsgDesc* desc_free_ = nullptr;
+  std::uint64_t heap_bytes_ = 0;
+
+  // Counters (rdmx_stats_t).
+  std::uint64_t stat_unexpected_ = 0;
+  std::uint64_t stat_ud_retransmits_ = 0;
+  std::uint64_t stat_ud_duplicates_ = 0;
+  std::uint64_t stat_ud_dropped_test_ = 0;
+  std::uint64_t stat_rnr_exceeded_ = 0;
+  std::uint64_t stat_limit_events_ctrl_ = 0;
+  std::uint64_t rnr_baseline_ = 0;
+  std::uint64_t recv_completed_ = 0;
+};
+
+}  // namespace rdmx::transport
