@@ -162,7 +162,8 @@ void RegCache::set_error(int errnum, const char* what, std::uintptr_t addr, std:
   }
 }
 
-int RegCache::try_acquire(const void* addr, std::size_t len, Registration& out) noexcept {
+int RegCache::try_acquire(const void* addr, std::size_t len, int access,
+                          Registration& out) noexcept {
   out.reset();
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   const std::uintptr_t end_byte = a + len;
@@ -183,7 +184,7 @@ int RegCache::try_acquire(const void* addr, std::size_t len, Registration& out) 
   auto it = map_.upper_bound(start);
   if (it != map_.begin()) {
     RegEntry* e = std::prev(it)->second;
-    if (e->end >= end) [[likely]] {
+    if (e->end >= end && (e->access & access) == access) [[likely]] {
       if (e->refs++ == 0) {
         lru_.remove(e);
         ++stats_.in_use_entries;
@@ -193,25 +194,26 @@ int RegCache::try_acquire(const void* addr, std::size_t len, Registration& out) 
       return 0;
     }
   }
-  return miss(start, end, a, len, out);
+  return miss(start, end, access, a, len, out);
 }
 
-Registration RegCache::acquire(const void* addr, std::size_t len) {
+Registration RegCache::acquire(const void* addr, std::size_t len, int access) {
   Registration reg;
-  if (const int e = try_acquire(addr, len, reg); e != 0) {
+  if (const int e = try_acquire(addr, len, access, reg); e != 0) {
     throw RegistrationError(e, last_error_);
   }
   return reg;
 }
 
-int RegCache::miss(std::uintptr_t start, std::uintptr_t end, std::uintptr_t addr, std::size_t len,
-                   Registration& out) noexcept {
+int RegCache::miss(std::uintptr_t start, std::uintptr_t end, int access, std::uintptr_t addr,
+                   std::size_t len, Registration& out) noexcept {
   ++stats_.misses;
 
-  // The range to register: the request, grown over every cached entry it overlaps.
+  // What to register: the request, grown over every cached entry it overlaps (range and flags),
+  // so that the new entry serves their users too.
   std::uintptr_t reg_start = start;
   std::uintptr_t reg_end = end;
-  bool merged = false;
+  int reg_access = access;
   if (caching_ && config_.merge) {
     auto it = map_.upper_bound(start);
     if (it != map_.begin() && std::prev(it)->second->end > start) {
@@ -220,9 +222,10 @@ int RegCache::miss(std::uintptr_t start, std::uintptr_t end, std::uintptr_t addr
     for (; it != map_.end() && it->first < end; ++it) {
       reg_start = std::min(reg_start, it->second->start);
       reg_end = std::max(reg_end, it->second->end);
-      merged = true;
+      reg_access |= it->second->access;
     }
   }
+  bool merged = reg_start != start || reg_end != end || reg_access != access;
 
   // Room for one more entry. Entries the new one will replace are counted too: conservative.
   if (caching_) {
@@ -236,16 +239,17 @@ int RegCache::miss(std::uintptr_t start, std::uintptr_t end, std::uintptr_t addr
 
   Registrar::Region region;
   std::string error;
-  int err = register_with_retry(reg_start, reg_end, region, error);
+  int err = register_with_retry(reg_start, reg_end, reg_access, region, error);
   if (err != 0 && merged) {
-    // The union may span pages the request does not (read-only, unmapped, another mapping):
-    // the caller asked only for its own pages.
+    // The union may span pages or ask for rights the request does not (a read-only or
+    // unmapped page, another mapping): the caller asked only for its own pages and flags.
     ++stats_.merge_fallbacks;
     merged = false;
     reg_start = start;
     reg_end = end;
+    reg_access = access;
     error.clear();
-    err = register_with_retry(reg_start, reg_end, region, error);
+    err = register_with_retry(reg_start, reg_end, reg_access, region, error);
   }
   if (err != 0) {
     ++stats_.failures;
@@ -264,6 +268,7 @@ int RegCache::miss(std::uintptr_t start, std::uintptr_t end, std::uintptr_t addr
   }
   entry->start = reg_start;
   entry->end = reg_end;
+  entry->access = reg_access;
   entry->region = region;
   entry->refs = 1;
   entry->cached = false;
@@ -292,16 +297,16 @@ int RegCache::miss(std::uintptr_t start, std::uintptr_t end, std::uintptr_t addr
   return 0;
 }
 
-int RegCache::register_with_retry(std::uintptr_t start, std::uintptr_t end,
+int RegCache::register_with_retry(std::uintptr_t start, std::uintptr_t end, int access,
                                   Registrar::Region& region, std::string& error) noexcept {
   // Page-aligned from the caller's pointer; ibv_reg_mr takes it back as a pointer.
   void* addr = reinterpret_cast<void*>(start);  // NOLINT(performance-no-int-to-ptr)
-  int err = registrar_->register_range(addr, end - start, config_.access, region, error);
+  int err = registrar_->register_range(addr, end - start, access, region, error);
   if (err != 0 && is_pinning_limit(err) && !lru_.empty()) {
     // Our own idle registrations may be what holds the pinned-memory budget.
     evict_all_unused();
     error.clear();
-    err = registrar_->register_range(addr, end - start, config_.access, region, error);
+    err = registrar_->register_range(addr, end - start, access, region, error);
   }
   return err;
 }

@@ -5,12 +5,17 @@
 //   - An entry registers a page-aligned range [start, end). Cached entries never overlap; they
 //     sit in an ordered map keyed by start, so a lookup is one O(log n) search and a hit
 //     allocates nothing.
-//   - acquire(addr, len) returns a Registration (RAII) for an entry containing the pages of
-//     [addr, addr+len). A request that overlaps cached entries without being contained in one
-//     is registered as the union of them and the request (merge); if that registration fails
-//     (the union spans memory the request does not: a read-only or unmapped page), exactly the
-//     requested pages are registered instead. Entries the new one covers or overlaps leave the
-//     map.
+//   - acquire(addr, len[, access]) returns a Registration (RAII) for an entry that contains the
+//     pages of [addr, addr+len) and grants at least `access` (IBV_ACCESS_* flags). A request that
+//     overlaps cached entries without being served by one is registered as the union of their
+//     ranges and flags and its own (merge); if that registration fails (the union spans memory
+//     or asks for rights the request does not: a read-only or unmapped page), exactly the
+//     requested pages with the requested flags are registered instead. Entries the new one
+//     covers or overlaps leave the map.
+//   - Access: the source of an RDMA write needs no flags (0: local read); a buffer the peer
+//     writes into needs IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, which the kernel
+//     refuses on read-only memory (a const send buffer is legal MPI). Ask for what the use
+//     needs: an entry with more rights serves a request for fewer.
 //   - Every entry has a reference count: one per Registration. Entries in use are never evicted
 //     or deregistered. Unused entries stay registered on an LRU list and are evicted
 //     (deregistered) when the cache holds more than max_entries entries or max_bytes
@@ -66,7 +71,8 @@ enum class InvalidationSource {
 struct RegCacheConfig {
   std::size_t max_entries = 1024;                // live registrations
   std::size_t max_bytes = std::size_t{1} << 30;  // registered (pinned) bytes
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  // Flags of acquire()/try_acquire() calls that do not name any.
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   bool merge = true;                               // merge overlapping requests (see above)
   std::size_t invalidation_queue_capacity = 1024;  // ranges; overflow invalidates everything
   InvalidationSource source = InvalidationSource::kUcm;
@@ -131,6 +137,7 @@ namespace detail {
 struct RegEntry {
   std::uintptr_t start = 0;  // page-aligned
   std::uintptr_t end = 0;    // page-aligned, exclusive
+  int access = 0;            // IBV_ACCESS_* flags it was registered with
   Registrar::Region region;
   std::uint32_t refs = 0;  // Registrations alive
   bool cached = true;
@@ -185,10 +192,17 @@ class RegCache {
   // released first), or an errno value with `out` empty and last_error() describing the
   // failure: EINVAL for len 0 or a range that wraps, otherwise the registration's error
   // (EFAULT for unmapped memory, ENOMEM/EPERM for the pinning limit...). Never throws.
-  int try_acquire(const void* addr, std::size_t len, Registration& out) noexcept;
+  int try_acquire(const void* addr, std::size_t len, int access, Registration& out) noexcept;
+  // With config().access.
+  int try_acquire(const void* addr, std::size_t len, Registration& out) noexcept {
+    return try_acquire(addr, len, config_.access, out);
+  }
 
-  // The same; throws RegistrationError on failure.
-  Registration acquire(const void* addr, std::size_t len);
+  // The same; throw RegistrationError on failure.
+  Registration acquire(const void* addr, std::size_t len, int access);
+  Registration acquire(const void* addr, std::size_t len) {
+    return acquire(addr, len, config_.access);
+  }
 
   // Same as reg.reset().
   void release(Registration& reg) noexcept { reg.reset(); }
@@ -214,10 +228,10 @@ class RegCache {
 
   void release_entry(detail::RegEntry* entry) noexcept;
   // [start, end): the request's pages; addr/len: the request itself, for messages.
-  int miss(std::uintptr_t start, std::uintptr_t end, std::uintptr_t addr, std::size_t len,
-           Registration& out) noexcept;
-  int register_with_retry(std::uintptr_t start, std::uintptr_t end, Registrar::Region& region,
-                          std::string& error) noexcept;
+  int miss(std::uintptr_t start, std::uintptr_t end, int access, std::uintptr_t addr,
+           std::size_t len, Registration& out) noexcept;
+  int register_with_retry(std::uintptr_t start, std::uintptr_t end, int access,
+                          Registrar::Region& region, std::string& error) noexcept;
   // Removes every cached entry overlapping [start, end) from the map; `count` says whether
   // they count as invalidations (memory released) or were only replaced by a new entry.
   void invalidate_range(std::uintptr_t start, std::uintptr_t end, bool count) noexcept;

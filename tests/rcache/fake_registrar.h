@@ -18,6 +18,7 @@ namespace rdmx::test {
 struct FakeRegion {
   std::uintptr_t start = 0;
   std::uintptr_t end = 0;
+  int access = 0;
   std::uint64_t created = 0;  // FakeState::clock at registration
 };
 
@@ -26,6 +27,7 @@ struct FakeState {
   std::map<std::uint32_t, FakeRegion> live;  // by lkey
   std::vector<FakeRegion> attempts;          // every register_range call, in order
   std::set<std::uintptr_t> poisoned_pages;   // ranges containing one fail with EFAULT
+  std::set<std::uintptr_t> readonly_pages;   // writable registrations including one: EFAULT
   std::size_t budget_bytes = SIZE_MAX;       // live bytes beyond this fail with ENOMEM
   std::uint32_t next_key = 1;
   std::uint64_t clock = 0;  // advanced by the test (model time)
@@ -44,13 +46,20 @@ class FakeRegistrar final : public rendezvous::Registrar {
  public:
   explicit FakeRegistrar(FakeState& state) : s_(state) {}
 
-  int register_range(void* addr, std::size_t len, int /*access*/, Region& out,
+  int register_range(void* addr, std::size_t len, int access, Region& out,
                      std::string& error) noexcept override {
     const auto start = reinterpret_cast<std::uintptr_t>(addr);
-    s_.attempts.push_back({start, start + len, s_.clock});
+    s_.attempts.push_back({start, start + len, access, s_.clock});
+    const bool writable =
+        (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) !=
+        0;
     for (std::uintptr_t p = start & ~(s_.page - 1); p < start + len; p += s_.page) {
       if (s_.poisoned_pages.count(p) != 0) {
         error = "fake_reg_mr: poisoned page: Bad address (EFAULT)";
+        return EFAULT;
+      }
+      if (writable && s_.readonly_pages.count(p) != 0) {
+        error = "fake_reg_mr: writable registration of a read-only page: Bad address (EFAULT)";
         return EFAULT;
       }
     }
@@ -59,7 +68,7 @@ class FakeRegistrar final : public rendezvous::Registrar {
       return ENOMEM;
     }
     const std::uint32_t key = s_.next_key++;
-    s_.live[key] = FakeRegion{start, start + len, s_.clock};
+    s_.live[key] = FakeRegion{start, start + len, access, s_.clock};
     out.handle = reinterpret_cast<void*>(static_cast<std::uintptr_t>(key));
     out.lkey = key;
     out.rkey = key | 0x8000'0000u;

@@ -378,6 +378,24 @@ TEST_F(RegCacheGuest, FailedMergedRegistrationFallsBackToTheRequestedRange) {
   munmap(p, 3 * kPage);
 }
 
+// A const send buffer is legal MPI: the source of an RDMA write needs no rights, and the
+// kernel refuses write rights on read-only pages.
+TEST_F(RegCacheGuest, ReadOnlyBufferIsRegisteredForReadingAndSent) {
+  rig.emplace(*dev, *pd, 4096);
+  void* p = map_anon(kPage);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 'R', kPage);
+  ASSERT_EQ(mprotect(p, kPage, PROT_READ), 0);
+  Registration r;
+  EXPECT_NE(cache->try_acquire(p, kPage, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, r), 0);
+  EXPECT_NE(cache->last_error().find("ibv_reg_mr"), std::string::npos) << cache->last_error();
+  ASSERT_EQ(cache->try_acquire(p, kPage, 0, r), 0) << cache->last_error();
+  EXPECT_EQ(rig->write(p, 1024, r.lkey()), IBV_WC_SUCCESS);
+  EXPECT_TRUE(rig->dst_filled_with('R', 1024));
+  r.reset();
+  munmap(p, kPage);
+}
+
 TEST_F(RegCacheGuest, OverlappingRequestsMergeIntoOneRegistration) {
   void* p = map_anon(4 * kPage);
   ASSERT_NE(p, nullptr);

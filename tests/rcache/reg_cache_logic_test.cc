@@ -319,6 +319,43 @@ TEST_F(RegCacheLogic, MergeFallbackKeepsAnOverlappedEntryThatIsInUse) {
   EXPECT_EQ(fake.live.count(old_key), 0u);
 }
 
+TEST_F(RegCacheLogic, AnEntryServesRequestsForTheSameOrFewerRightsOnly) {
+  constexpr int kRead = 0;
+  constexpr int kWrite = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  { Registration r = cache->acquire(page(0), kPage, kRead); }
+  // More rights: a miss; the new entry (write, which includes reading) replaces the old...
+  Registration w = cache->acquire(page(0), kPage, kWrite);
+  EXPECT_EQ(cache->stats().misses, 2u);
+  EXPECT_EQ(fake.attempts.back().access, kWrite);
+  EXPECT_EQ(cache->stats().cached_entries, 1u);
+  EXPECT_EQ(fake.live.size(), 1u);
+  // ...which then serves both kinds of request.
+  Registration r = cache->acquire(page(0), kPage, kRead);
+  EXPECT_EQ(r.lkey(), w.lkey());
+  EXPECT_EQ(cache->stats().hits, 1u);
+}
+
+TEST_F(RegCacheLogic, WritableRequestOnReadOnlyMemoryFailsButReadOnlyRequestsWork) {
+  constexpr int kWrite = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  fake.readonly_pages.insert(addr(0));
+  Registration r;
+  EXPECT_EQ(cache->try_acquire(page(0), kPage, kWrite, r), EFAULT);
+  EXPECT_EQ(cache->try_acquire(page(0), kPage, 0, r), 0) << cache->last_error();
+}
+
+TEST_F(RegCacheLogic, MergedRightsFallBackToTheRequestedRightsOnReadOnlyPages) {
+  constexpr int kWrite = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  { Registration r = cache->acquire(page(1), kPage, kWrite); }  // page 1 writable, cached
+  fake.readonly_pages.insert(addr(0));                          // page 0 read-only
+  // Pages 0-1 for reading: the union (pages 0-1, write) is refused; pages 0-1 read-only work.
+  Registration r;
+  ASSERT_EQ(cache->try_acquire(page(0), 2 * kPage, 0, r), 0) << cache->last_error();
+  EXPECT_EQ(r.base(), addr(0));
+  EXPECT_EQ(r.length(), 2 * kPage);
+  EXPECT_EQ(fake.attempts.back().access, 0);
+  EXPECT_EQ(cache->stats().merge_fallbacks, 1u);
+}
+
 TEST_F(RegCacheLogic, WithMergeOffAnOverlappingRequestRegistersExactlyItsPages) {
   RegCacheConfig c = config();
   c.merge = false;
@@ -424,6 +461,10 @@ TEST_F(RegCacheLogic, RandomOperationsKeepTheInvariants) {
     c.invalidation_queue_capacity = 4;
     make(c);
     std::mt19937 rng(merge ? 1234 : 99);
+    constexpr int kWrite = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    for (std::size_t p = 40; p < 43; ++p) {  // read-only memory: writable registrations fail
+      fake.readonly_pages.insert(addr(p));
+    }
     std::vector<std::uint64_t> invalidated_at(kPages, 0);
     std::vector<Registration> held;
     for (int step = 0; step < 20000; ++step) {
@@ -434,14 +475,21 @@ TEST_F(RegCacheLogic, RandomOperationsKeepTheInvariants) {
         const std::size_t offset = rng() % kPage;
         const std::size_t max_len = (kPages - first) * kPage - offset;
         const std::size_t len = 1 + rng() % std::min<std::size_t>(max_len, 6 * kPage);
-        if (rng() % 8 == 0) {
+        const int access = rng() % 2 == 0 ? 0 : kWrite;
+        const bool poisoned = rng() % 8 == 0;
+        if (poisoned) {
           fake.poisoned_pages.insert(addr(first));
         }
+        bool touches_readonly = false;
+        for (std::size_t p = first; p <= first + (offset + len - 1) / kPage; ++p) {
+          touches_readonly |= fake.readonly_pages.count(addr(p)) != 0;
+        }
         Registration r;
-        const int err = cache->try_acquire(page(first, offset), len, r);
+        const int err = cache->try_acquire(page(first, offset), len, access, r);
         fake.poisoned_pages.clear();
         if (err != 0) {
           ASSERT_EQ(err, EFAULT) << cache->last_error();
+          ASSERT_TRUE(poisoned || (access != 0 && touches_readonly)) << cache->last_error();
           continue;
         }
         const std::uintptr_t lo = addr(first) + offset;
@@ -451,6 +499,7 @@ TEST_F(RegCacheLogic, RandomOperationsKeepTheInvariants) {
         const FakeRegion& region = fake.live[r.lkey()];
         ASSERT_EQ(region.start, r.base());
         ASSERT_EQ(region.end, r.base() + r.length());
+        ASSERT_EQ(region.access & access, access) << "registration lacks the requested rights";
         for (std::uintptr_t p = lo & ~(kPage - 1); p < lo + len; p += kPage) {
           ASSERT_GT(region.created, invalidated_at[(p - kBase) / kPage])
               << "stale registration handed out at step " << step;
