@@ -1,0 +1,147 @@
+/*
+ * The rdmx MTL: Open MPI's Matching Transport Layer interface translated into rdmx's C API
+ * (include/rdmx/rdmx.h). Everything else (matching, ordering, eager/rendezvous, synchronous
+ * sends, connections) is rdmx's.
+ *
+ * Files: mtl_rdmx_component.c (MCA parameters, init: config, worker, modex), mtl_rdmx_module.c
+ * (procs and endpoints, communicators, progress and completion, finalize), mtl_rdmx_send.c,
+ * mtl_rdmx_recv.c (receives, probes, cancel), mtl_rdmx_tag.h (the tag layout).
+ */
+#ifndef MTL_RDMX_H
+#define MTL_RDMX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ompi/communicator/communicator.h"
+#include "ompi/mca/mtl/base/base.h"
+#include "ompi/mca/mtl/mtl.h"
+#include "ompi/proc/proc.h"
+#include "ompi_config.h"
+#include "opal/threads/mutex.h"
+#include "rdmx/rdmx.h"
+
+BEGIN_C_DECLS
+
+/* What a request is doing; decides what its completion does. */
+typedef enum mca_mtl_rdmx_req_kind {
+  MCA_MTL_RDMX_REQ_SEND = 1,          /* isend: complete the pml request */
+  MCA_MTL_RDMX_REQ_BLOCKING_SEND = 2, /* send(): a request on the caller's stack, no pml request */
+  MCA_MTL_RDMX_REQ_RECV = 3           /* irecv/imrecv */
+} mca_mtl_rdmx_req_kind_t;
+
+/*
+ * Lives inside pml cm's request (mtl_request_size = sizeof this), so a message costs no
+ * allocation unless its datatype is not contiguous.
+ */
+typedef struct mca_mtl_rdmx_request {
+  mca_mtl_request_t super; /* first: pml cm hands us &its->req_mtl */
+  rdmx_request_t rdmx;     /* rdmx's storage for the operation */
+  rdmx_status_t status;    /* copied by the rdmx callback, read at completion */
+  struct opal_convertor_t* convertor;
+  void* buffer;    /* packed (send) or staging (receive) copy for a non-contiguous datatype */
+  size_t capacity; /* receive: bytes the buffer takes */
+  struct mca_mtl_rdmx_request* next_done; /* module's list of completions to deliver */
+  mca_mtl_rdmx_req_kind_t kind;
+  bool free_buffer;   /* buffer is ours (malloc'd by the datatype helpers) */
+  volatile bool done; /* blocking send: completion delivered */
+} mca_mtl_rdmx_request_t;
+
+/* Per peer process, in proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]. */
+typedef struct mca_mtl_rdmx_endpoint {
+  rdmx_ep_t* ep; /* created on the first send to the peer */
+  void* address; /* the peer worker's address blob, from the modex */
+  size_t address_length;
+  struct ompi_proc_t* proc;
+  struct mca_mtl_rdmx_endpoint* prev; /* module's list, so finalize frees what del_procs did not */
+  struct mca_mtl_rdmx_endpoint* next;
+} mca_mtl_rdmx_endpoint_t;
+
+typedef struct mca_mtl_rdmx_module {
+  mca_mtl_base_module_t super;
+  rdmx_worker_t* worker;
+  /* Serializes rdmx calls when MPI runs with threads (rdmx: one thread at a time per worker).
+   * OPAL_THREAD_LOCK is a no-op otherwise. */
+  opal_mutex_t lock;
+  /* Completions taken from rdmx callbacks, delivered to pml cm after rdmx returns (see
+   * mtl_rdmx_module.c). */
+  mca_mtl_rdmx_request_t* done_head;
+  mca_mtl_rdmx_request_t* done_tail;
+  mca_mtl_rdmx_endpoint_t* endpoints;
+  bool warned_large;
+  bool warned_progress;
+} mca_mtl_rdmx_module_t;
+
+/* The MCA parameters (mtl_rdmx_*), registered in mtl_rdmx_component.c. */
+typedef struct mca_mtl_rdmx_params {
+  int priority;
+  int verbose;
+  char* device;
+  int port;
+  int gid_index;
+  int transport; /* rdmx_transport_t */
+  unsigned int auto_ud_peers;
+  unsigned int small_buf_size;
+  unsigned int large_buf_size;
+  unsigned int srq_depth;
+  unsigned int srq_low_watermark;
+  size_t eager_limit;
+  size_t rndv_thresh;
+  unsigned int peer_timeout_ms;
+} mca_mtl_rdmx_params_t;
+
+OMPI_DECLSPEC extern mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component;
+extern mca_mtl_rdmx_module_t ompi_mtl_rdmx;
+extern mca_mtl_rdmx_params_t ompi_mtl_rdmx_params;
+extern int ompi_mtl_rdmx_output; /* opal_output stream, verbosity = mtl_rdmx_verbose */
+
+/* rdmx matches sources on the sending worker's uid. Every process sets its uid to its own
+ * Open MPI name, jobid in the high 32 bits and vpid (the MPI_COMM_WORLD rank) in the low 32,
+ * so any receiver computes a peer's uid from the ompi_proc_t without asking anyone. */
+static inline uint64_t mtl_rdmx_uid_of(const opal_process_name_t* name) {
+  return ((uint64_t)name->jobid << 32) | (uint64_t)name->vpid;
+}
+
+/* module */
+int ompi_mtl_rdmx_add_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
+                            struct ompi_proc_t** procs);
+int ompi_mtl_rdmx_del_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
+                            struct ompi_proc_t** procs);
+int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl);
+int ompi_mtl_rdmx_add_comm(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm);
+int ompi_mtl_rdmx_del_comm(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm);
+int ompi_mtl_rdmx_progress(void);
+/* The endpoint to send to a peer, connecting on first use. NULL after printing why. */
+rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc);
+/* rdmx callback for every request: records the status, queues the completion. */
+void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data);
+/* An rdmx error code from a post call as an OMPI error code. */
+int ompi_mtl_rdmx_error(int rdmx_code);
+
+/* send */
+int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                       int dest, int tag, struct opal_convertor_t* convertor,
+                       mca_pml_base_send_mode_t mode);
+int ompi_mtl_rdmx_isend(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                        int dest, int tag, struct opal_convertor_t* convertor,
+                        mca_pml_base_send_mode_t mode, bool blocking,
+                        mca_mtl_request_t* mtl_request);
+
+/* receive, probe, cancel */
+int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                        int src, int tag, struct opal_convertor_t* convertor,
+                        mca_mtl_request_t* mtl_request);
+int ompi_mtl_rdmx_iprobe(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                         int src, int tag, int* flag, struct ompi_status_public_t* status);
+int ompi_mtl_rdmx_improbe(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                          int src, int tag, int* matched, struct ompi_message_t** message,
+                          struct ompi_status_public_t* status);
+int ompi_mtl_rdmx_imrecv(struct mca_mtl_base_module_t* mtl, struct opal_convertor_t* convertor,
+                         struct ompi_message_t** message, mca_mtl_request_t* mtl_request);
+int ompi_mtl_rdmx_cancel(struct mca_mtl_base_module_t* mtl, mca_mtl_request_t* mtl_request,
+                         int flag);
+
+END_C_DECLS
+
+#endif /* MTL_RDMX_H */

@@ -1,0 +1,420 @@
+/*
+ * The MCA component: parameters, selection and init (configuration, worker, address publication).
+ *
+ * Configuration precedence, lowest first (README.md "Parameters"):
+ *   1. rdmx's defaults (rdmx_config_init), which are also the MCA parameters' defaults;
+ *   2. RDMX_* environment variables (rdmx_config_from_env);
+ *   3. every mtl_rdmx_* MCA parameter that was set explicitly (--mca, OMPI_MCA_mtl_rdmx_*, a
+ *      parameter file): its source is not "default".
+ * uid and expected_peers are always the plugin's: the process's name and the job size.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtl_rdmx.h"
+#include "mtl_rdmx_tag.h"
+#include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/base/mca_base_var_enum.h"
+#include "opal/mca/pmix/pmix.h"
+#include "opal/runtime/opal_progress.h"
+#include "opal/util/output.h"
+#include "opal/util/proc.h"
+
+#ifndef MTL_RDMX_VERSION_MAJOR
+#define MTL_RDMX_VERSION_MAJOR 0
+#define MTL_RDMX_VERSION_MINOR 0
+#define MTL_RDMX_VERSION_PATCH 0
+#endif
+
+static int component_register(void);
+static int component_open(void);
+static int component_close(void);
+static int component_query(mca_base_module_t** module, int* priority);
+static mca_mtl_base_module_t* component_init(bool enable_progress_threads, bool enable_mpi_threads);
+
+__attribute__((visibility("default"))) mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component = {
+    .mtl_version =
+        {
+            MCA_MTL_BASE_VERSION_2_0_0,
+            .mca_component_name = "rdmx",
+            MCA_BASE_MAKE_VERSION(component, MTL_RDMX_VERSION_MAJOR, MTL_RDMX_VERSION_MINOR,
+                                  MTL_RDMX_VERSION_PATCH),
+            .mca_open_component = component_open,
+            .mca_close_component = component_close,
+            .mca_query_component = component_query,
+            .mca_register_component_params = component_register,
+        },
+    .mtl_data = {MCA_BASE_METADATA_PARAM_NONE},
+    .mtl_init = component_init,
+};
+
+mca_mtl_rdmx_params_t ompi_mtl_rdmx_params;
+int ompi_mtl_rdmx_output = -1;
+
+/* Below the psm2 (40) and ofi (25) MTLs, so installing rdmx does not take over a machine that
+ * has them; `--mca mtl rdmx` selects it whatever its priority. */
+#define MTL_RDMX_DEFAULT_PRIORITY 20
+
+/* The parameters that map onto rdmx_config_t: MCA name, RDMX_* variable, variable index. */
+enum {
+  P_DEVICE,
+  P_PORT,
+  P_GID_INDEX,
+  P_TRANSPORT,
+  P_AUTO_UD_PEERS,
+  P_SMALL_BUF,
+  P_LARGE_BUF,
+  P_SRQ_DEPTH,
+  P_SRQ_LOW_WATERMARK,
+  P_EAGER_LIMIT,
+  P_RNDV_THRESH,
+  P_PEER_TIMEOUT,
+  P_VERBOSE,
+  P_COUNT
+};
+static const char* const param_env[P_COUNT] = {
+    "RDMX_DEVICE",      "RDMX_PORT",          "RDMX_GID_INDEX",
+    "RDMX_TRANSPORT",   "RDMX_AUTO_UD_PEERS", "RDMX_SMALL_BUF",
+    "RDMX_LARGE_BUF",   "RDMX_SRQ_DEPTH",     "RDMX_SRQ_LOW_WATERMARK",
+    "RDMX_EAGER_LIMIT", "RDMX_RNDV_THRESH",   "RDMX_PEER_TIMEOUT_MS",
+    "RDMX_VERBOSE"};
+static const char* const param_name[P_COUNT] = {
+    "device",         "port",          "gid_index",
+    "transport",      "auto_ud_peers", "small_buf_size",
+    "large_buf_size", "srq_depth",     "srq_low_watermark",
+    "eager_limit",    "rndv_thresh",   "peer_timeout_ms",
+    "verbose"};
+static int param_index[P_COUNT];
+
+static const mca_base_var_enum_value_t transport_values[] = {
+    {RDMX_TRANSPORT_AUTO, "auto"}, {RDMX_TRANSPORT_RC, "rc"}, {RDMX_TRANSPORT_UD, "ud"}, {0, NULL}};
+
+static const char* transport_name(int t) {
+  return t == RDMX_TRANSPORT_RC ? "rc" : t == RDMX_TRANSPORT_UD ? "ud" : "auto";
+}
+
+static int reg(int which, const char* description, mca_base_var_type_t type,
+               mca_base_var_enum_t* enumerator, mca_base_var_info_lvl_t level, void* storage) {
+  param_index[which] = mca_base_component_var_register(
+      &mca_mtl_rdmx_component.mtl_version, param_name[which], description, type, enumerator, 0,
+      (mca_base_var_flag_t)0, level, MCA_BASE_VAR_SCOPE_READONLY, storage);
+  return param_index[which];
+}
+
+static int component_register(void) {
+  rdmx_config_t d;
+  mca_base_var_enum_t* transport_enum = NULL;
+  mca_mtl_rdmx_params_t* p = &ompi_mtl_rdmx_params;
+
+  /* The defaults shown by ompi_info are rdmx's own. */
+  rdmx_config_init(&d);
+  p->priority = MTL_RDMX_DEFAULT_PRIORITY;
+  p->verbose = d.verbose;
+  p->device = NULL;
+  p->port = d.port;
+  p->gid_index = d.gid_index;
+  p->transport = (int)d.transport;
+  p->auto_ud_peers = d.auto_ud_peers;
+  p->small_buf_size = d.small_buf_size;
+  p->large_buf_size = d.large_buf_size;
+  p->srq_depth = d.srq_depth;
+  p->srq_low_watermark = d.srq_low_watermark;
+  p->eager_limit = d.eager_limit;
+  p->rndv_thresh = d.rndv_thresh;
+  p->peer_timeout_ms = d.peer_timeout_ms;
+
+  (void)mca_base_component_var_register(
+      &mca_mtl_rdmx_component.mtl_version, "priority",
+      "Priority of the rdmx MTL among MTLs (the highest available is selected; --mca mtl rdmx "
+      "selects rdmx whatever its priority)",
+      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
+      MCA_BASE_VAR_SCOPE_READONLY, &p->priority);
+  reg(P_VERBOSE,
+      "Verbosity: 0 quiet, 1 report the device, transport and thresholds chosen and why, 2 also "
+      "rdmx's debug output (RDMX_VERBOSE)",
+      MCA_BASE_VAR_TYPE_INT, NULL, OPAL_INFO_LVL_9, &p->verbose);
+  reg(P_DEVICE,
+      "RDMA device to use, as listed by ibv_devices (e.g. mlx5_0, rxe0); empty: the first device "
+      "with an active port (RDMX_DEVICE)",
+      MCA_BASE_VAR_TYPE_STRING, NULL, OPAL_INFO_LVL_3, &p->device);
+  reg(P_PORT, "Port of the device; 0: its first active port (RDMX_PORT)", MCA_BASE_VAR_TYPE_INT,
+      NULL, OPAL_INFO_LVL_3, &p->port);
+  reg(P_GID_INDEX,
+      "GID index; -1: on RoCE the port's RoCE v2 IPv4-mapped GID, on InfiniBand 0 "
+      "(RDMX_GID_INDEX)",
+      MCA_BASE_VAR_TYPE_INT, NULL, OPAL_INFO_LVL_3, &p->gid_index);
+  if (OPAL_SUCCESS ==
+      mca_base_var_enum_create("mtl_rdmx_transport", transport_values, &transport_enum)) {
+    reg(P_TRANSPORT,
+        "Transport for eager messages: rc (one QP per peer and size class, hardware "
+        "reliability), ud (one QP per size class, rdmx's reliability) or auto (rc below "
+        "auto_ud_peers peers, ud from there) (RDMX_TRANSPORT)",
+        MCA_BASE_VAR_TYPE_INT, transport_enum, OPAL_INFO_LVL_3, &p->transport);
+    OBJ_RELEASE(transport_enum);
+  }
+  reg(P_AUTO_UD_PEERS, "transport=auto picks ud from this many peers (RDMX_AUTO_UD_PEERS)",
+      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->auto_ud_peers);
+  reg(P_SMALL_BUF,
+      "Small size class: payload bytes of a small eager receive buffer (RDMX_SMALL_BUF)",
+      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->small_buf_size);
+  reg(P_LARGE_BUF,
+      "Large size class: payload bytes of a large eager receive buffer; on ud both classes are "
+      "capped by the path MTU (RDMX_LARGE_BUF)",
+      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->large_buf_size);
+  reg(P_SRQ_DEPTH,
+      "Receive buffers per shared receive queue (one SRQ per size class); a minimum is enforced "
+      "(RDMX_SRQ_DEPTH)",
+      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->srq_depth);
+  reg(P_SRQ_LOW_WATERMARK,
+      "SRQ low watermark (srq_limit): refill when fewer buffers are posted; 0: depth / 4 "
+      "(RDMX_SRQ_LOW_WATERMARK)",
+      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->srq_low_watermark);
+  reg(P_EAGER_LIMIT,
+      "Largest message sent eagerly, in bytes (capped by the large size class) "
+      "(RDMX_EAGER_LIMIT)",
+      MCA_BASE_VAR_TYPE_SIZE_T, NULL, OPAL_INFO_LVL_5, &p->eager_limit);
+  reg(P_RNDV_THRESH,
+      "Messages of this many bytes and more use the RDMA-write rendezvous (RDMX_RNDV_THRESH)",
+      MCA_BASE_VAR_TYPE_SIZE_T, NULL, OPAL_INFO_LVL_5, &p->rndv_thresh);
+  reg(P_PEER_TIMEOUT,
+      "A peer silent for this many milliseconds is declared dead (RDMX_PEER_TIMEOUT_MS)",
+      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_6, &p->peer_timeout_ms);
+  return OMPI_SUCCESS;
+}
+
+/* Explicitly set: on the command line, in the environment as OMPI_MCA_mtl_rdmx_*, in a file. */
+static bool mca_explicit(int which, mca_base_var_source_t* source) {
+  mca_base_var_source_t s = MCA_BASE_VAR_SOURCE_DEFAULT;
+  if (param_index[which] < 0 ||
+      OPAL_SUCCESS != mca_base_var_get_value(param_index[which], NULL, &s, NULL)) {
+    return false;
+  }
+  if (source != NULL) {
+    *source = s;
+  }
+  return s != MCA_BASE_VAR_SOURCE_DEFAULT;
+}
+
+static int env_verbose(void) {
+  const char* v = getenv("RDMX_VERBOSE");
+  return (v != NULL && *v != '\0') ? atoi(v) : 0;
+}
+
+static int component_open(void) {
+  int verbose = ompi_mtl_rdmx_params.verbose;
+  /* An explicit mtl_rdmx_verbose wins, as for every parameter; else RDMX_VERBOSE. */
+  if (!mca_explicit(P_VERBOSE, NULL) && env_verbose() > verbose) {
+    verbose = env_verbose();
+  }
+  ompi_mtl_rdmx_output = opal_output_open(NULL);
+  opal_output_set_verbosity(ompi_mtl_rdmx_output, verbose);
+  OBJ_CONSTRUCT(&ompi_mtl_rdmx.lock, opal_mutex_t);
+  return OMPI_SUCCESS;
+}
+
+static int component_close(void) {
+  OBJ_DESTRUCT(&ompi_mtl_rdmx.lock);
+  if (ompi_mtl_rdmx_output >= 0) {
+    opal_output_close(ompi_mtl_rdmx_output);
+    ompi_mtl_rdmx_output = -1;
+  }
+  return OMPI_SUCCESS;
+}
+
+static int component_query(mca_base_module_t** module, int* priority) {
+  *priority = ompi_mtl_rdmx_params.priority;
+  *module = (mca_base_module_t*)&ompi_mtl_rdmx.super;
+  return OMPI_SUCCESS;
+}
+
+static const char* source_name(mca_base_var_source_t s) {
+  switch (s) {
+    case MCA_BASE_VAR_SOURCE_COMMAND_LINE:
+      return "command line";
+    case MCA_BASE_VAR_SOURCE_ENV:
+      return "OMPI_MCA_ environment";
+    case MCA_BASE_VAR_SOURCE_FILE:
+      return "parameter file";
+    default:
+      return "set";
+  }
+}
+
+/* Where a parameter's value came from, for the verbose report. */
+static const char* origin(int which, char* buf, size_t len) {
+  mca_base_var_source_t s;
+  const char* e;
+  if (mca_explicit(which, &s)) {
+    snprintf(buf, len, "mtl_rdmx_%s, %s", param_name[which], source_name(s));
+  } else if ((e = getenv(param_env[which])) != NULL && *e != '\0') {
+    snprintf(buf, len, "%s", param_env[which]);
+  } else {
+    snprintf(buf, len, "default");
+  }
+  return buf;
+}
+
+/* Step 3 of the precedence: explicit MCA values over RDMX_* and defaults. */
+static void apply_mca(rdmx_config_t* c) {
+  const mca_mtl_rdmx_params_t* p = &ompi_mtl_rdmx_params;
+  if (mca_explicit(P_DEVICE, NULL)) {
+    c->device = (p->device != NULL && *p->device != '\0') ? p->device : NULL;
+  }
+  if (mca_explicit(P_PORT, NULL)) c->port = p->port;
+  if (mca_explicit(P_GID_INDEX, NULL)) c->gid_index = p->gid_index;
+  if (mca_explicit(P_TRANSPORT, NULL)) c->transport = (rdmx_transport_t)p->transport;
+  if (mca_explicit(P_AUTO_UD_PEERS, NULL)) c->auto_ud_peers = p->auto_ud_peers;
+  if (mca_explicit(P_SMALL_BUF, NULL)) c->small_buf_size = p->small_buf_size;
+  if (mca_explicit(P_LARGE_BUF, NULL)) c->large_buf_size = p->large_buf_size;
+  if (mca_explicit(P_SRQ_DEPTH, NULL)) c->srq_depth = p->srq_depth;
+  if (mca_explicit(P_SRQ_LOW_WATERMARK, NULL)) c->srq_low_watermark = p->srq_low_watermark;
+  if (mca_explicit(P_EAGER_LIMIT, NULL)) c->eager_limit = p->eager_limit;
+  if (mca_explicit(P_RNDV_THRESH, NULL)) c->rndv_thresh = p->rndv_thresh;
+  if (mca_explicit(P_PEER_TIMEOUT, NULL)) c->peer_timeout_ms = p->peer_timeout_ms;
+  if (mca_explicit(P_VERBOSE, NULL)) c->verbose = p->verbose;
+}
+
+/* Processes in this job, from PMIx (works for mpirun and direct launch), else mpirun's
+ * OMPI_COMM_WORLD_SIZE; 0 when unknown. */
+static uint32_t job_size(void) {
+  uint32_t size = 0;
+  uint32_t* ptr = &size;
+  int rc;
+  opal_process_name_t wildcard = OPAL_PROC_MY_NAME;
+  const char* env;
+  wildcard.vpid = OPAL_VPID_WILDCARD;
+  OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, OPAL_PMIX_JOB_SIZE, &wildcard, &ptr, OPAL_UINT32);
+  if (OPAL_SUCCESS == rc && size > 0) {
+    return size;
+  }
+  env = getenv("OMPI_COMM_WORLD_SIZE");
+  return (env != NULL) ? (uint32_t)strtoul(env, NULL, 10) : 0;
+}
+
+/* Worker creation failed: say what rdmx tried and what to set. MTL selection has no fallback,
+ * so this is the message the user sees. rdmx printed its own cause and fix just before. */
+static void report_open_failure(const rdmx_config_t* c, int code) {
+  char dev[160];
+  char gid[32];
+  if (c->device != NULL) {
+    snprintf(dev, sizeof(dev), "RDMA device '%s'", c->device);
+  } else {
+    snprintf(dev, sizeof(dev), "the first RDMA device with an active port");
+  }
+  if (c->gid_index >= 0) {
+    snprintf(gid, sizeof(gid), "GID index %d", c->gid_index);
+  } else {
+    snprintf(gid, sizeof(gid), "the RoCE v2 IPv4 GID");
+  }
+  opal_output(0,
+              "mtl rdmx: cannot open %s (port %d%s, %s) on %s: %s.\n"
+              "  Set mtl_rdmx_device (--mca mtl_rdmx_device NAME, or RDMX_DEVICE=NAME) to a "
+              "device with an active port (see ibv_devices, ibv_devinfo), mtl_rdmx_port "
+              "(RDMX_PORT) to its port and, on RoCE, mtl_rdmx_gid_index (RDMX_GID_INDEX) to a "
+              "RoCE v2 GID (see /sys/class/infiniband/DEV/ports/PORT/gids and gid_attrs/types).%s\n"
+              "  The rdmx MTL is not usable in this process and Open MPI does not fall back to "
+              "another MTL: fix the device, or run with another PML (e.g. --mca pml ob1).",
+              dev, c->port, c->port == 0 ? " = first active" : "", gid,
+              OPAL_PROC_MY_HOSTNAME != NULL ? OPAL_PROC_MY_HOSTNAME : "this host",
+              rdmx_strerror(code),
+              code == RDMX_ERR_NO_MEMORY
+                  ? "\n  Out of memory usually means the locked-memory limit: ulimit -l unlimited."
+                  : "");
+}
+
+static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
+  rdmx_stats_t st;
+  char o[4][96];
+  const char* chosen = "?";
+  char why[192];
+  if (RDMX_OK == rdmx_worker_stats(ompi_mtl_rdmx.worker, &st)) {
+    chosen = transport_name((int)st.transport);
+  }
+  if (c->transport == RDMX_TRANSPORT_AUTO) {
+    snprintf(why, sizeof(why), "auto [%s]: %u peers %s auto_ud_peers %u [%s]",
+             origin(P_TRANSPORT, o[0], sizeof(o[0])), c->expected_peers,
+             c->expected_peers >= c->auto_ud_peers ? ">=" : "<", c->auto_ud_peers,
+             origin(P_AUTO_UD_PEERS, o[1], sizeof(o[1])));
+  } else {
+    snprintf(why, sizeof(why), "asked for [%s]", origin(P_TRANSPORT, o[0], sizeof(o[0])));
+  }
+  opal_output_verbose(1, ompi_mtl_rdmx_output,
+                      "mtl rdmx: rank %u of %u, uid %016llx; values [from where]; precedence: "
+                      "explicit mtl_rdmx_* > RDMX_* > default",
+                      (unsigned)OPAL_PROC_MY_NAME.vpid, nprocs, (unsigned long long)c->uid);
+  opal_output_verbose(1, ompi_mtl_rdmx_output,
+                      "mtl rdmx: device %s [%s], port %d [%s], gid index %d [%s] (the rdmx line "
+                      "above shows what was found on the device)",
+                      c->device != NULL ? c->device : "(first with an active port)",
+                      origin(P_DEVICE, o[0], 96), c->port, origin(P_PORT, o[1], 96), c->gid_index,
+                      origin(P_GID_INDEX, o[2], 96));
+  opal_output_verbose(1, ompi_mtl_rdmx_output, "mtl rdmx: transport %s: %s", chosen, why);
+  opal_output_verbose(1, ompi_mtl_rdmx_output,
+                      "mtl rdmx: eager limit %zu [%s], rendezvous from %zu [%s], size classes "
+                      "%u [%s] / %u B [%s]",
+                      c->eager_limit, origin(P_EAGER_LIMIT, o[0], 96), c->rndv_thresh,
+                      origin(P_RNDV_THRESH, o[1], 96), c->small_buf_size,
+                      origin(P_SMALL_BUF, o[2], 96), c->large_buf_size,
+                      origin(P_LARGE_BUF, o[3], 96));
+  opal_output_verbose(1, ompi_mtl_rdmx_output,
+                      "mtl rdmx: srq depth %u [%s], low watermark %u [%s] (0: depth / 4)",
+                      c->srq_depth, origin(P_SRQ_DEPTH, o[0], 96), c->srq_low_watermark,
+                      origin(P_SRQ_LOW_WATERMARK, o[1], 96));
+}
+
+static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
+                                             bool enable_mpi_threads) {
+  rdmx_config_t config;
+  const void* address = NULL;
+  size_t address_length = 0;
+  uint32_t nprocs;
+  int rc;
+  (void)enable_progress_threads;
+  (void)enable_mpi_threads; /* the module lock serializes rdmx when MPI uses threads */
+
+  rdmx_config_init(&config);
+  if (RDMX_OK != rdmx_config_from_env(&config)) {
+    opal_output(0,
+                "mtl rdmx: an RDMX_* environment variable cannot be parsed (rdmx named it above); "
+                "the rdmx MTL is disabled.");
+    return NULL;
+  }
+  apply_mca(&config);
+  if (opal_output_get_verbosity(ompi_mtl_rdmx_output) > config.verbose) {
+    config.verbose = opal_output_get_verbosity(ompi_mtl_rdmx_output);
+  }
+  config.uid = mtl_rdmx_uid_of(&OPAL_PROC_MY_NAME);
+  if (0 == config.uid || RDMX_ANY_SOURCE == config.uid) {
+    opal_output(0, "mtl rdmx: process name %s gives no usable rdmx uid; rdmx MTL disabled.",
+                OPAL_NAME_PRINT(OPAL_PROC_MY_NAME));
+    return NULL;
+  }
+  nprocs = job_size();
+  config.expected_peers = nprocs > 0 ? nprocs - 1 : 0;
+
+  rc = rdmx_worker_create(&config, &ompi_mtl_rdmx.worker);
+  if (RDMX_OK != rc) {
+    ompi_mtl_rdmx.worker = NULL;
+    report_open_failure(&config, rc);
+    return NULL;
+  }
+  rc = rdmx_worker_address(ompi_mtl_rdmx.worker, &address, &address_length);
+  if (RDMX_OK == rc) {
+    OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &mca_mtl_rdmx_component.mtl_version, address,
+                    address_length);
+  }
+  if (OPAL_SUCCESS != rc) {
+    opal_output(0, "mtl rdmx: cannot publish the worker address (%d); rdmx MTL disabled.", rc);
+    rdmx_worker_destroy(ompi_mtl_rdmx.worker);
+    ompi_mtl_rdmx.worker = NULL;
+    return NULL;
+  }
+
+  ompi_mtl_rdmx.done_head = NULL;
+  ompi_mtl_rdmx.done_tail = NULL;
+  ompi_mtl_rdmx.endpoints = NULL;
+  opal_progress_register(ompi_mtl_rdmx_progress);
+  report_choices(&config, nprocs);
+  return &ompi_mtl_rdmx.super;
+}

@@ -1,0 +1,321 @@
+/*
+ * The module: procs and endpoints, communicators, progress and completion, finalize.
+ *
+ * Completion is two-step. rdmx runs a request's callback inside rdmx_worker_progress();
+ * ompi_mtl_rdmx_callback only records the status and queues the request. Once rdmx has returned,
+ * ompi_mtl_rdmx_progress hands each queued request to pml cm (unpack, status,
+ * completion_callback). pml cm may then recycle the request, even repost it from a completion
+ * hook, without rdmx still holding its storage, and no rdmx call is ever made from inside rdmx.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtl_rdmx.h"
+#include "mtl_rdmx_tag.h"
+#include "ompi/mca/mtl/base/mtl_base_datatype.h"
+#include "ompi/mca/pml/pml.h"
+#include "opal/mca/pmix/pmix.h"
+#include "opal/runtime/opal_progress.h"
+#include "opal/util/output.h"
+
+mca_mtl_rdmx_module_t ompi_mtl_rdmx = {
+    .super =
+        {
+            .mtl_max_contextid = MTL_RDMX_MAX_CONTEXTID,
+            .mtl_max_tag = MTL_RDMX_MAX_TAG,
+            /* pml cm reserves this much after its request's req_mtl, which our request extends. */
+            .mtl_request_size = sizeof(mca_mtl_rdmx_request_t) - sizeof(struct mca_mtl_request_t),
+            .mtl_flags = 0, /* endpoints are made lazily: no need for the whole world at init */
+            .mtl_add_procs = ompi_mtl_rdmx_add_procs,
+            .mtl_del_procs = ompi_mtl_rdmx_del_procs,
+            .mtl_finalize = ompi_mtl_rdmx_finalize,
+            .mtl_send = ompi_mtl_rdmx_send,
+            .mtl_isend = ompi_mtl_rdmx_isend,
+            .mtl_irecv = ompi_mtl_rdmx_irecv,
+            .mtl_iprobe = ompi_mtl_rdmx_iprobe,
+            .mtl_imrecv = ompi_mtl_rdmx_imrecv,
+            .mtl_improbe = ompi_mtl_rdmx_improbe,
+            .mtl_cancel = ompi_mtl_rdmx_cancel,
+            .mtl_add_comm = ompi_mtl_rdmx_add_comm,
+            .mtl_del_comm = ompi_mtl_rdmx_del_comm,
+        },
+};
+
+int ompi_mtl_rdmx_error(int rdmx_code) {
+  switch (rdmx_code) {
+    case RDMX_OK:
+      return OMPI_SUCCESS;
+    case RDMX_ERR_NO_MEMORY:
+    case RDMX_ERR_NO_RESOURCE:
+      return OMPI_ERR_OUT_OF_RESOURCE;
+    case RDMX_ERR_UNREACHABLE:
+      return OMPI_ERR_UNREACH;
+    case RDMX_ERR_UNSUPPORTED:
+      return OMPI_ERR_NOT_SUPPORTED;
+    case RDMX_ERR_INVALID_PARAM:
+      return OMPI_ERR_BAD_PARAM;
+    case RDMX_ERR_TRUNCATED:
+      return MPI_ERR_TRUNCATE;
+    default:
+      return OMPI_ERROR;
+  }
+}
+
+/* ---- procs and endpoints ------------------------------------------------------------------- */
+
+static void endpoint_unlink(mca_mtl_rdmx_endpoint_t* e) {
+  if (e->prev != NULL) {
+    e->prev->next = e->next;
+  } else {
+    ompi_mtl_rdmx.endpoints = e->next;
+  }
+  if (e->next != NULL) {
+    e->next->prev = e->prev;
+  }
+  e->prev = e->next = NULL;
+}
+
+int ompi_mtl_rdmx_add_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
+                            struct ompi_proc_t** procs) {
+  size_t i;
+  (void)mtl;
+  for (i = 0; i < nprocs; ++i) {
+    mca_mtl_rdmx_endpoint_t* e;
+    void* address = NULL;
+    size_t length = 0;
+    int rc;
+    if (NULL != procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]) {
+      continue; /* known already */
+    }
+    OPAL_MODEX_RECV(rc, &mca_mtl_rdmx_component.mtl_version, &procs[i]->super.proc_name, &address,
+                    &length);
+    if (OPAL_SUCCESS != rc || NULL == address || 0 == length) {
+      opal_output(0,
+                  "mtl rdmx: no rdmx address from process %s (modex error %d): every process "
+                  "of the job must run the rdmx MTL (--mca pml cm --mca mtl rdmx).",
+                  OPAL_NAME_PRINT(procs[i]->super.proc_name), rc);
+      free(address);
+      return OMPI_ERR_UNREACH;
+    }
+    e = calloc(1, sizeof(*e));
+    if (NULL == e) {
+      free(address);
+      return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    e->address = address;
+    e->address_length = length;
+    e->proc = procs[i];
+    e->next = ompi_mtl_rdmx.endpoints;
+    if (e->next != NULL) {
+      e->next->prev = e;
+    }
+    ompi_mtl_rdmx.endpoints = e;
+    procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] = e;
+  }
+  return OMPI_SUCCESS;
+}
+
+static void endpoint_free(mca_mtl_rdmx_endpoint_t* e) {
+  if (NULL != e->ep) {
+    rdmx_ep_destroy(e->ep);
+  }
+  e->proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] = NULL;
+  endpoint_unlink(e);
+  free(e->address);
+  free(e);
+}
+
+int ompi_mtl_rdmx_del_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
+                            struct ompi_proc_t** procs) {
+  size_t i;
+  (void)mtl;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  for (i = 0; i < nprocs; ++i) {
+    if (NULL != procs[i] && NULL != procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]) {
+      endpoint_free(procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]);
+    }
+  }
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  return OMPI_SUCCESS;
+}
+
+/* Called with the module lock held. */
+rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc) {
+  mca_mtl_rdmx_endpoint_t* e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+  int rc;
+  if (OPAL_UNLIKELY(NULL == e)) {
+    /* A process pml cm was not told about yet (as in mtl_ofi: add it on first use). */
+    if (OMPI_SUCCESS != MCA_PML_CALL(add_procs(&proc, 1))) {
+      return NULL;
+    }
+    e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+    if (NULL == e) {
+      return NULL;
+    }
+  }
+  if (OPAL_LIKELY(NULL != e->ep)) {
+    return e->ep;
+  }
+  rc = rdmx_ep_create(ompi_mtl_rdmx.worker, e->address, e->address_length, &e->ep);
+  if (RDMX_OK != rc) {
+    e->ep = NULL;
+    opal_output(0, "mtl rdmx: cannot connect to process %s on %s: %s",
+                OPAL_NAME_PRINT(proc->super.proc_name),
+                NULL != proc->super.proc_hostname ? proc->super.proc_hostname : "?",
+                rdmx_strerror(rc));
+    return NULL;
+  }
+  return e->ep;
+}
+
+/* ---- communicators ------------------------------------------------------------------------- */
+
+int ompi_mtl_rdmx_add_comm(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm) {
+  (void)mtl;
+  if (comm->c_contextid > (uint32_t)MTL_RDMX_MAX_CONTEXTID) {
+    opal_output(0, "mtl rdmx: communicator context id %u exceeds the %d bits of the tag layout",
+                comm->c_contextid, MTL_RDMX_CID_BITS);
+    return OMPI_ERR_OUT_OF_RESOURCE;
+  }
+  if (ompi_comm_size(comm) > MTL_RDMX_MAX_COMM_SIZE ||
+      ompi_comm_remote_size(comm) > MTL_RDMX_MAX_COMM_SIZE) {
+    opal_output(0, "mtl rdmx: communicators of more than %d processes are not supported",
+                MTL_RDMX_MAX_COMM_SIZE);
+    return OMPI_ERR_OUT_OF_RESOURCE;
+  }
+  return OMPI_SUCCESS;
+}
+
+int ompi_mtl_rdmx_del_comm(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm) {
+  (void)mtl;
+  (void)comm;
+  return OMPI_SUCCESS;
+}
+
+/* ---- completion ---------------------------------------------------------------------------- */
+
+void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data) {
+  mca_mtl_rdmx_request_t* r = user_data;
+  (void)request;
+  r->status = *status;
+  r->next_done = NULL;
+  if (NULL != ompi_mtl_rdmx.done_tail) {
+    ompi_mtl_rdmx.done_tail->next_done = r;
+  } else {
+    ompi_mtl_rdmx.done_head = r;
+  }
+  ompi_mtl_rdmx.done_tail = r;
+}
+
+static int mpi_error_of(const rdmx_status_t* s) {
+  switch (s->error) {
+    case RDMX_OK:
+      return MPI_SUCCESS;
+    case RDMX_ERR_TRUNCATED:
+      return MPI_ERR_TRUNCATE;
+    default:
+      opal_output_verbose(1, ompi_mtl_rdmx_output, "mtl rdmx: request failed: %s",
+                          rdmx_strerror(s->error));
+      return MPI_ERR_INTERN;
+  }
+}
+
+static void complete_recv(mca_mtl_rdmx_request_t* r) {
+  ompi_status_public_t* st = &r->super.ompi_req->req_status;
+  const rdmx_status_t* s = &r->status;
+  if (RDMX_ERR_CANCELED == s->error) {
+    st->_cancelled = true;
+    if (r->free_buffer) {
+      free(r->buffer);
+    }
+  } else {
+    /* Bytes that landed in the buffer: all of them, or on truncation as many as fit. */
+    const size_t received = s->length < r->capacity ? s->length : r->capacity;
+    st->MPI_SOURCE = mtl_rdmx_tag_source(s->tag);
+    st->MPI_TAG = mtl_rdmx_tag_mpi_tag(s->tag);
+    st->_ucount = received;
+    st->MPI_ERROR = mpi_error_of(s);
+    if (r->free_buffer) {
+      if (received > 0 && (RDMX_OK == s->error || RDMX_ERR_TRUNCATED == s->error)) {
+        ompi_mtl_datatype_unpack(r->convertor, r->buffer, received); /* frees the buffer */
+      } else {
+        free(r->buffer);
+      }
+    }
+  }
+  r->buffer = NULL;
+  r->free_buffer = false;
+  r->super.completion_callback(&r->super);
+}
+
+static void complete(mca_mtl_rdmx_request_t* r) {
+  switch (r->kind) {
+    case MCA_MTL_RDMX_REQ_RECV:
+      complete_recv(r);
+      break;
+    case MCA_MTL_RDMX_REQ_SEND:
+      if (r->free_buffer) {
+        free(r->buffer);
+        r->buffer = NULL;
+        r->free_buffer = false;
+      }
+      r->super.ompi_req->req_status.MPI_ERROR = mpi_error_of(&r->status);
+      r->super.completion_callback(&r->super);
+      break;
+    case MCA_MTL_RDMX_REQ_BLOCKING_SEND:
+      r->done = true; /* the sender frees its buffer */
+      break;
+  }
+}
+
+int ompi_mtl_rdmx_progress(void) {
+  mca_mtl_rdmx_request_t* r;
+  int events;
+  int completed = 0;
+  if (OPAL_UNLIKELY(NULL == ompi_mtl_rdmx.worker)) {
+    return 0;
+  }
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  events = rdmx_worker_progress(ompi_mtl_rdmx.worker);
+  r = ompi_mtl_rdmx.done_head;
+  ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  if (OPAL_UNLIKELY(events < 0) && !ompi_mtl_rdmx.warned_progress) {
+    ompi_mtl_rdmx.warned_progress = true;
+    opal_output(0, "mtl rdmx: progress failed: %s", rdmx_strerror(events));
+  }
+  while (NULL != r) {
+    mca_mtl_rdmx_request_t* next = r->next_done;
+    complete(r);
+    ++completed;
+    r = next;
+  }
+  return completed;
+}
+
+/* ---- finalize ------------------------------------------------------------------------------ */
+
+int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
+  mca_mtl_rdmx_request_t* r;
+  (void)mtl;
+  opal_progress_unregister(ompi_mtl_rdmx_progress);
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  while (NULL != ompi_mtl_rdmx.endpoints) {
+    endpoint_free(ompi_mtl_rdmx.endpoints);
+  }
+  if (NULL != ompi_mtl_rdmx.worker) {
+    /* Fails what is still active; those callbacks only queue onto done_head. */
+    rdmx_worker_destroy(ompi_mtl_rdmx.worker);
+    ompi_mtl_rdmx.worker = NULL;
+  }
+  /* Requests nobody waited for: pml cm is going away, release only what is ours. */
+  for (r = ompi_mtl_rdmx.done_head; NULL != r; r = r->next_done) {
+    if (r->free_buffer) {
+      free(r->buffer);
+      r->free_buffer = false;
+    }
+  }
+  ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  return OMPI_SUCCESS;
+}

@@ -1,0 +1,212 @@
+/*
+ * Receives, probes (plain and matched) and cancel.
+ *
+ * Source: a specific source becomes the peer's rdmx uid (its Open MPI name, see
+ * mtl_rdmx_uid_of), MPI_ANY_SOURCE becomes RDMX_ANY_SOURCE. MPI_SOURCE of a status comes from
+ * the sender's communicator rank in the tag (mtl_rdmx_tag.h), so no reverse lookup is needed.
+ */
+#include <stdlib.h>
+
+#include "mtl_rdmx.h"
+#include "mtl_rdmx_tag.h"
+#include "ompi/mca/mtl/base/mtl_base_datatype.h"
+#include "ompi/message/message.h"
+#include "opal/util/output.h"
+
+static uint64_t rdmx_source(struct ompi_communicator_t* comm, int src) {
+  if (MPI_ANY_SOURCE == src) {
+    return RDMX_ANY_SOURCE;
+  }
+  return mtl_rdmx_uid_of(&ompi_comm_peer_lookup(comm, src)->super.proc_name);
+}
+
+/* Where the message lands: the user's buffer when the datatype is contiguous, else a staging
+ * buffer unpacked at completion. */
+static int prepare_recv(struct opal_convertor_t* convertor, mca_mtl_rdmx_request_t* req,
+                        void** start, size_t* length) {
+  bool free_after = false;
+  int rc = ompi_mtl_datatype_recv_buf(convertor, start, length, &free_after);
+  if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
+    return rc;
+  }
+  if (OPAL_UNLIKELY(*length > 0 && NULL == *start)) {
+    return OMPI_ERR_OUT_OF_RESOURCE;
+  }
+  req->kind = MCA_MTL_RDMX_REQ_RECV;
+  req->convertor = convertor;
+  req->buffer = free_after ? *start : NULL;
+  req->free_buffer = free_after;
+  req->capacity = *length;
+  return OMPI_SUCCESS;
+}
+
+static int post_failed(mca_mtl_rdmx_request_t* req, int rc) {
+  if (req->free_buffer) {
+    free(req->buffer);
+  }
+  req->buffer = NULL;
+  req->free_buffer = false;
+  opal_output_verbose(1, ompi_mtl_rdmx_output, "mtl rdmx: posting a receive failed: %s",
+                      rdmx_strerror(rc));
+  return ompi_mtl_rdmx_error(rc);
+}
+
+int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                        int src, int tag, struct opal_convertor_t* convertor,
+                        mca_mtl_request_t* mtl_request) {
+  mca_mtl_rdmx_request_t* req = (mca_mtl_rdmx_request_t*)mtl_request;
+  const uint64_t source = rdmx_source(comm, src);
+  uint64_t match;
+  uint64_t mask;
+  void* start = NULL;
+  size_t length = 0;
+  int rc;
+  (void)mtl;
+
+  mtl_rdmx_recv_tag(comm->c_contextid, src, tag, &match, &mask);
+  rc = prepare_recv(convertor, req, &start, &length);
+  if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
+    return rc;
+  }
+  for (;;) {
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
+                       ompi_mtl_rdmx_callback, req);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
+      break;
+    }
+    ompi_mtl_rdmx_progress();
+  }
+  return OPAL_LIKELY(RDMX_OK == rc) ? OMPI_SUCCESS : post_failed(req, rc);
+}
+
+static void fill_status(struct ompi_status_public_t* status, const rdmx_status_t* s) {
+  if (MPI_STATUS_IGNORE != status) {
+    status->MPI_SOURCE = mtl_rdmx_tag_source(s->tag);
+    status->MPI_TAG = mtl_rdmx_tag_mpi_tag(s->tag);
+    status->MPI_ERROR = MPI_SUCCESS;
+    status->_ucount = s->length;
+    status->_cancelled = 0;
+  }
+}
+
+/* Looks once, progresses rdmx, looks again: a probe loop in the application then always makes
+ * progress, as with the other MTLs. Returns 1 found, 0 not, < 0 an rdmx error. */
+static int probe(uint64_t source, uint64_t match, uint64_t mask, rdmx_status_t* s,
+                 rdmx_message_t** message) {
+  int found;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  if (0 == found) {
+    ompi_mtl_rdmx_progress();
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  }
+  return found;
+}
+
+int ompi_mtl_rdmx_iprobe(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                         int src, int tag, int* flag, struct ompi_status_public_t* status) {
+  rdmx_status_t s;
+  uint64_t match;
+  uint64_t mask;
+  int found;
+  (void)mtl;
+  mtl_rdmx_recv_tag(comm->c_contextid, src, tag, &match, &mask);
+  found = probe(rdmx_source(comm, src), match, mask, &s, NULL);
+  if (OPAL_UNLIKELY(found < 0)) {
+    return ompi_mtl_rdmx_error(found);
+  }
+  *flag = found;
+  if (found) {
+    fill_status(status, &s);
+  }
+  return OMPI_SUCCESS;
+}
+
+int ompi_mtl_rdmx_improbe(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                          int src, int tag, int* matched, struct ompi_message_t** message,
+                          struct ompi_status_public_t* status) {
+  rdmx_status_t s;
+  rdmx_message_t* m = NULL;
+  uint64_t match;
+  uint64_t mask;
+  int found;
+  (void)mtl;
+  *matched = 0;
+  *message = MPI_MESSAGE_NULL;
+  /* Take the Open MPI message first: once rdmx has removed a message from matching, failing
+   * would lose it. */
+  struct ompi_message_t* msg = ompi_message_alloc();
+  if (OPAL_UNLIKELY(NULL == msg)) {
+    return OMPI_ERR_OUT_OF_RESOURCE;
+  }
+  mtl_rdmx_recv_tag(comm->c_contextid, src, tag, &match, &mask);
+  found = probe(rdmx_source(comm, src), match, mask, &s, &m);
+  if (found <= 0) {
+    ompi_message_return(msg);
+    return found < 0 ? ompi_mtl_rdmx_error(found) : OMPI_SUCCESS;
+  }
+  fill_status(status, &s);
+  msg->comm = comm;
+  msg->req_ptr = m;
+  msg->peer = mtl_rdmx_tag_source(s.tag);
+  msg->count = s.length;
+  *message = msg;
+  *matched = 1;
+  return OMPI_SUCCESS;
+}
+
+int ompi_mtl_rdmx_imrecv(struct mca_mtl_base_module_t* mtl, struct opal_convertor_t* convertor,
+                         struct ompi_message_t** message, mca_mtl_request_t* mtl_request) {
+  mca_mtl_rdmx_request_t* req = (mca_mtl_rdmx_request_t*)mtl_request;
+  rdmx_message_t* m = (rdmx_message_t*)(*message)->req_ptr;
+  void* start = NULL;
+  size_t length = 0;
+  int rc;
+  (void)mtl;
+  rc = prepare_recv(convertor, req, &start, &length);
+  if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
+    return rc;
+  }
+  for (;;) {
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    rc = rdmx_tag_msg_recv(ompi_mtl_rdmx.worker, m, start, length, &req->rdmx,
+                           ompi_mtl_rdmx_callback, req);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
+      break;
+    }
+    ompi_mtl_rdmx_progress();
+  }
+  if (OPAL_UNLIKELY(RDMX_OK != rc)) {
+    return post_failed(req, rc);
+  }
+  /* pml cm leaves the message object to the MTL (as mtl_mxm and pml ob1 do). */
+  ompi_message_return(*message);
+  *message = MPI_MESSAGE_NULL;
+  return OMPI_SUCCESS;
+}
+
+int ompi_mtl_rdmx_cancel(struct mca_mtl_base_module_t* mtl, mca_mtl_request_t* mtl_request,
+                         int flag) {
+  mca_mtl_rdmx_request_t* req = (mca_mtl_rdmx_request_t*)mtl_request;
+  int rc;
+  (void)mtl;
+  (void)flag;
+  if (MCA_MTL_RDMX_REQ_RECV != req->kind) {
+    return OMPI_SUCCESS; /* sends are not cancelled: the request completes normally */
+  }
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  rc = rdmx_request_cancel(ompi_mtl_rdmx.worker, &req->rdmx);
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  /* RDMX_OK: it completes with RDMX_ERR_CANCELED (_cancelled = true) on the next progress.
+   * RDMX_ERR_BUSY: already matched (or done); it completes normally, not cancelled. */
+  if (RDMX_OK != rc && RDMX_ERR_BUSY != rc) {
+    opal_output_verbose(1, ompi_mtl_rdmx_output, "mtl rdmx: cancel failed: %s", rdmx_strerror(rc));
+  }
+  return OMPI_SUCCESS;
+}

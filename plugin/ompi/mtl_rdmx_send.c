@@ -1,0 +1,104 @@
+/*
+ * Sends in every MPI mode. Standard, ready and buffered (pml cm has already copied a buffered
+ * message into the attached buffer) are one rdmx send; synchronous adds RDMX_SEND_SYNC, so the
+ * send completes only once the receiver has matched it. Contiguous data goes from the user's
+ * buffer; other datatypes are packed once by Open MPI's MTL datatype helper.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtl_rdmx.h"
+#include "mtl_rdmx_tag.h"
+#include "ompi/mca/mtl/base/mtl_base_datatype.h"
+#include "opal/runtime/opal_progress.h"
+#include "opal/util/output.h"
+
+static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
+                      struct opal_convertor_t* convertor, mca_pml_base_send_mode_t mode,
+                      mca_mtl_rdmx_request_t* req) {
+  struct ompi_proc_t* proc = ompi_comm_peer_lookup(comm, dest);
+  const uint64_t rtag = mtl_rdmx_send_tag(comm->c_contextid, comm->c_my_rank, tag);
+  const unsigned flags = (MCA_PML_BASE_SEND_SYNCHRONOUS == mode) ? RDMX_SEND_SYNC : 0u;
+  void* start = NULL;
+  size_t length = 0;
+  bool free_after = false;
+  rdmx_ep_t* ep;
+  int rc;
+
+  rc = ompi_mtl_datatype_pack(convertor, &start, &length, &free_after);
+  if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
+    return rc;
+  }
+  req->buffer = free_after ? start : NULL;
+  req->free_buffer = free_after;
+  req->convertor = convertor;
+
+  for (;;) {
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    ep = ompi_mtl_rdmx_get_ep(proc);
+    rc = (NULL == ep) ? RDMX_ERR_UNREACHABLE
+                      : rdmx_tag_send(ep, start, length, rtag, flags, &req->rdmx,
+                                      ompi_mtl_rdmx_callback, req);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
+      break;
+    }
+    ompi_mtl_rdmx_progress(); /* a send queue is full: let completions free it, retry */
+  }
+  if (OPAL_LIKELY(RDMX_OK == rc)) {
+    return OMPI_SUCCESS;
+  }
+
+  if (free_after) {
+    free(start);
+  }
+  req->buffer = NULL;
+  req->free_buffer = false;
+  if (RDMX_ERR_UNSUPPORTED == rc && !ompi_mtl_rdmx.warned_large) {
+    /* Today: a message above the eager limit before rdmx has rendezvous. Said once; the
+     * caller gets the error (MPI_ERRORS_RETURN) or the job aborts. */
+    ompi_mtl_rdmx.warned_large = true;
+    opal_output(0,
+                "mtl rdmx: rdmx cannot send this %zu-byte message: %s (messages above the "
+                "eager limit need rdmx's rendezvous protocol)",
+                length, rdmx_strerror(rc));
+  } else {
+    opal_output_verbose(1, ompi_mtl_rdmx_output,
+                        "mtl rdmx: send of %zu bytes to rank %d (tag %d) failed: %s", length, dest,
+                        tag, rdmx_strerror(rc));
+  }
+  return ompi_mtl_rdmx_error(rc);
+}
+
+int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                       int dest, int tag, struct opal_convertor_t* convertor,
+                       mca_pml_base_send_mode_t mode) {
+  mca_mtl_rdmx_request_t req;
+  int rc;
+  (void)mtl;
+  /* No pml request behind a blocking send: the request lives on this stack until done. */
+  memset(&req, 0, sizeof(req));
+  req.kind = MCA_MTL_RDMX_REQ_BLOCKING_SEND;
+  rc = send_start(comm, dest, tag, convertor, mode, &req);
+  if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
+    return rc;
+  }
+  while (!req.done) {
+    opal_progress();
+  }
+  if (req.free_buffer) {
+    free(req.buffer);
+  }
+  return ompi_mtl_rdmx_error(req.status.error);
+}
+
+int ompi_mtl_rdmx_isend(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
+                        int dest, int tag, struct opal_convertor_t* convertor,
+                        mca_pml_base_send_mode_t mode, bool blocking,
+                        mca_mtl_request_t* mtl_request) {
+  mca_mtl_rdmx_request_t* req = (mca_mtl_rdmx_request_t*)mtl_request;
+  (void)mtl;
+  (void)blocking;
+  req->kind = MCA_MTL_RDMX_REQ_SEND;
+  return send_start(comm, dest, tag, convertor, mode, req);
+}
