@@ -17,6 +17,7 @@
 #include "rendezvous/invalidation_queue.h"
 #include "rendezvous/reg_cache.h"
 #include "tests/rcache/fake_registrar.h"
+#include "tests/rcache/glibc_malloc.h"
 #include "tests/rcache/other_arena.h"
 
 namespace rdmx::test {
@@ -87,6 +88,7 @@ TEST_F(MemEvents, PartialMunmapIsReported) {
 }
 
 TEST_F(MemEvents, FreeOfALargeMallocBlockIsReported) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   // Blocks above M_MMAP_THRESHOLD are mmap'ed; a fixed threshold stops glibc from raising it
   // after the first free (its "dynamic threshold").
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 128 * 1024), 1);
@@ -100,6 +102,7 @@ TEST_F(MemEvents, FreeOfALargeMallocBlockIsReported) {
 }
 
 TEST_F(MemEvents, HeapTrimmingIsReported) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   // Served from the brk heap, and given back by trimming the top when freed.
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 64 * kMiB), 1);
   ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 128 * 1024), 1);
@@ -117,6 +120,7 @@ TEST_F(MemEvents, HeapTrimmingIsReported) {
 }
 
 TEST_F(MemEvents, MallocTrimIsReported) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 64 * kMiB), 1);
   ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 512 * kMiB), 1);  // free() alone does not trim
   auto* p = static_cast<char*>(std::malloc(8 * kMiB));
@@ -197,6 +201,7 @@ class CacheOnHooks : public ::testing::Test {
 };
 
 TEST_F(CacheOnHooks, LargeBlockFreedAndMallocedAgainAtTheSameAddressIsRegisteredAfresh) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 128 * 1024), 1);
   constexpr std::size_t kLen = 4 * kMiB;
   void* p = std::malloc(kLen);
@@ -232,6 +237,7 @@ TEST_F(CacheOnHooks, LargeBlockFreedAndMallocedAgainAtTheSameAddressIsRegistered
 }
 
 TEST_F(CacheOnHooks, TrimmedHeapMemoryIsInvalidated) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 64 * kMiB), 1);
   ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 128 * 1024), 1);
   fake.attempts.reserve(16);

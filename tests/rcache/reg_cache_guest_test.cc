@@ -25,6 +25,7 @@
 #include "tests/guest/support/leak_check.h"
 #include "tests/guest/support/verbs_fixture.h"
 #include "tests/guest/support/verbs_helpers.h"
+#include "tests/rcache/glibc_malloc.h"
 #include "tests/rcache/other_arena.h"
 #include "verbs/cq.h"
 #include "verbs/error.h"
@@ -185,6 +186,7 @@ TEST_F(RegCacheGuest, SecondAcquireIsAHitWithTheSameKeys) {
 }
 
 TEST_F(RegCacheGuest, LargeBlockFreedAndMallocedAgainAtTheSameAddressIsRegisteredAfresh) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 128 * 1024), 1);  // mmap'ed, and no dynamic threshold
   constexpr std::size_t kLen = 4 * kMiB;
   void* p = std::malloc(kLen);
@@ -207,6 +209,7 @@ TEST_F(RegCacheGuest, LargeBlockFreedAndMallocedAgainAtTheSameAddressIsRegistere
 }
 
 TEST_F(RegCacheGuest, HeapTrimmingInvalidates) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 64 * kMiB), 1);  // from the brk heap
   ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 128 * 1024), 1);
   constexpr std::size_t kLen = 8 * kMiB;
@@ -444,6 +447,7 @@ TEST_F(RegCacheGuest, RdmaWriteAfterReallocationAtTheSameAddressCarriesTheNewCon
 }
 
 TEST_F(RegCacheGuest, RdmaWriteAfterFreeAndMallocAtTheSameAddressCarriesTheNewContents) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 128 * 1024), 1);
   constexpr std::size_t kLen = 1 * kMiB;
   constexpr std::uint32_t kWrite = 64 * 1024;
@@ -472,6 +476,7 @@ TEST_F(RegCacheGuest, RdmaWriteAfterFreeAndMallocAtTheSameAddressCarriesTheNewCo
 // the owner registers, releases and reallocates its own: the owner never gets a stale
 // registration and the cache's count matches the kernel's at the end.
 TEST_F(RegCacheGuest, ForeignThreadReleasesDuringOwnerActivity) {
+  RDMX_REQUIRE_GLIBC_MALLOC();
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 128 * 1024), 1);
   rig.emplace(*dev, *pd, 4096);
   struct Churn {  // stopped and joined however the test body ends
