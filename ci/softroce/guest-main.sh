@@ -1,6 +1,7 @@
 #!/bin/bash
 # Stage 2 of the Soft-RoCE guest, run by the host's bash after switch_root (init copies it to
-# /run/softroce). Sets up a minimal system and rxe, runs CMD with its stdout and stderr on two
+# /run/softroce; init has already mounted /dev/pts, /dev/shm, /tmp, set the hostname, brought lo
+# up and bound the kernel's modules). Sets up rxe, runs CMD with its stdout and stderr on two
 # virtio consoles, records CMD's status on the results export, and powers off.
 #
 # Channels (see run): /dev/console = ttyS0 = the console log file on the host; /dev/hvc0 = CMD's
@@ -39,32 +40,10 @@ fail() {
 
 # shellcheck source=ci/softroce/rxe-env.sh
 source "$SR/rxe-env.sh" || fail "source rxe-env.sh"
-# Written by run: SOFTROCE_{DEVICES,MTU,TIMEOUT,CWD,MODDIR,HOSTNAME,FAULT}, SOFTROCE_RW (dirs, exported as
+# Written by run: SOFTROCE_{DEVICES,MTU,TIMEOUT,CWD,FAULT}, SOFTROCE_RW (dirs, exported as
 # tags rw0, rw1, ...), SOFTROCE_ENV (NAME=VALUE words), SOFTROCE_CMD.
 # shellcheck source=/dev/null
 source "$R/config.sh" || fail "source config.sh"
-read -r kver <"$SR/kver" || fail "read kver"
-
-stage system
-mkdir -p /dev/pts /dev/shm /run/lock || fail "mkdir /dev/pts /dev/shm"
-mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts || fail "mount /dev/pts"
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || fail "mount /dev/shm"
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || fail "mount /tmp"
-ln -sfn /proc/self/fd /dev/fd
-ln -sfn /proc/self/fd/0 /dev/stdin
-ln -sfn /proc/self/fd/1 /dev/stdout
-ln -sfn /proc/self/fd/2 /dev/stderr
-hostname "$SOFTROCE_HOSTNAME" || fail "hostname"
-printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n' \
-  "$SOFTROCE_HOSTNAME" >/etc/hosts || fail "write /etc/hosts"
-ip link set lo up || fail "ip link set lo up"
-
-stage modules
-# modprobe needs the unpacked kernel's tree (with the modules.dep that depmod -b made) where the
-# host's /lib/modules has none for this kernel.
-mkdir -p "/lib/modules/$kver" || fail "mkdir /lib/modules/$kver"
-# Taken from the bare host root: a cache under /tmp is hidden by the guest's own /tmp.
-mount --bind "$SR/lower$SOFTROCE_MODDIR" "/lib/modules/$kver" || fail "bind $SOFTROCE_MODDIR"
 
 stage rxe
 softroce_setup "$SOFTROCE_DEVICES" "$SOFTROCE_MTU" || fail "$SOFTROCE_ERR"
