@@ -58,10 +58,6 @@ MemEventSubscription::~MemEventSubscription() {
   }
 }
 
-void declare_external_unmap_events() noexcept {
-  ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
-}
-
 void report_unmapped(const void* addr, std::size_t len) noexcept {
   ucm_vm_munmap(const_cast<void*>(addr), len);
 }

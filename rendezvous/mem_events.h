@@ -5,7 +5,7 @@
 // the libc functions, so glibc's own internal calls from free() and malloc_trim() are seen too)
 // and reports UCM_EVENT_VM_UNMAPPED *before* the memory goes away: for munmap, for mremap's old
 // range, for shmdt, for a negative sbrk/brk (malloc trimming the heap top), for
-// madvise(MADV_DONTNEED/FREE/REMOVE) and for mmap(MAP_FIXED) over an existing mapping. malloc's
+// madvise(MADV_DONTNEED) and for mmap(MAP_FIXED) over an existing mapping. malloc's
 // large blocks (above M_MMAP_THRESHOLD) are mmap'ed, so freeing one is a munmap; small blocks
 // live in the brk heap, returned to the OS by trimming. UCM_EVENT_MEM_TYPE_FREE covers device
 // memory freed through hooked GPU runtimes (none is loaded today; subscribing costs nothing).
@@ -15,10 +15,12 @@
 // invalidation_queue.h). ucm_unset_event_handler takes that lock for writing, so once the
 // subscription is destroyed no callback is still running with its queue.
 //
-// Open MPI: when Open MPI's own memory patcher is active (opal/mca/memory/patcher), two
-// patchers on the same functions is what Open MPI's UCX glue avoids by declaring the unmap
-// event external before any handler is installed and forwarding its release callbacks to UCM
-// (declare_external_unmap_events() + report_unmapped()); the MTL glue should do the same.
+// Process-wide effects (UCX 1.13, measured): libucm patches those functions when it is loaded,
+// before any subscription, so every process linking rdmx_rendezvous runs its mmap/munmap/brk
+// through UCM's dispatch. UCX_MEM_EVENTS=no stops that; subscriptions then fail (active() is
+// false) and RegCache switches caching off. A host with its own release hooks (Open MPI's
+// memory patcher) can forward them with report_unmapped(); a duplicate report only costs a
+// lookup.
 #pragma once
 
 #include <cstddef>
@@ -51,11 +53,6 @@ class MemEventSubscription {
   bool active_ = false;
   std::string error_;
 };
-
-// For a host that hooks memory release itself (Open MPI's patcher): must be called before the
-// first MemEventSubscription in the process. UCM then installs no unmap hooks of its own and
-// the host reports every release with report_unmapped().
-void declare_external_unmap_events() noexcept;
 
 // Delivers "[addr, addr+len) is about to be unmapped" to every subscription (ucm_vm_munmap).
 void report_unmapped(const void* addr, std::size_t len) noexcept;

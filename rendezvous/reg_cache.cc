@@ -427,6 +427,7 @@ void RegCache::fill(Registration& out, RegEntry* entry) noexcept {
 RegCacheStats RegCache::stats() const noexcept {
   RegCacheStats s = stats_;
   s.cached_entries = map_.size();
+  s.unmap_events_filtered = queue_.filtered();
   s.caching = caching_;
   return s;
 }

@@ -64,7 +64,7 @@ enum class InvalidationSource {
   // invalidation would hand out stale registrations.
   kUcm,
   // The owner reports every release itself with RegCache::invalidate() (e.g. from Open MPI's
-  // memory-release callbacks), and nothing is hooked.
+  // memory-release callbacks); the cache does not subscribe to UCM.
   kExternal,
 };
 
@@ -83,18 +83,19 @@ struct RegCacheStats {
   std::uint64_t misses = 0;         // acquires that had to register
   std::uint64_t registrations = 0;  // successful registrations (ibv_reg_mr)
   std::uint64_t deregistrations = 0;
-  std::uint64_t evictions = 0;        // unused entries deregistered to respect the bounds
-  std::uint64_t invalidations = 0;    // entries invalidated by a memory-release event
-  std::uint64_t unmap_events = 0;     // ranges drained from the invalidation queue
-  std::uint64_t queue_overflows = 0;  // times the queue overflowed (everything invalidated)
-  std::uint64_t merges = 0;           // registrations of a merged range
-  std::uint64_t merge_fallbacks = 0;  // merged range refused, exact range registered instead
-  std::uint64_t failures = 0;         // acquires that failed
-  std::size_t entries = 0;            // live registrations (cached or still in use)
-  std::size_t bytes = 0;              // bytes of live registrations
-  std::size_t cached_entries = 0;     // entries in the lookup map
-  std::size_t in_use_entries = 0;     // entries with at least one Registration
-  bool caching = true;                // false: invalidation unavailable, nothing is kept
+  std::uint64_t evictions = 0;              // unused entries deregistered to respect the bounds
+  std::uint64_t invalidations = 0;          // entries invalidated by a memory-release event
+  std::uint64_t unmap_events = 0;           // ranges drained from the invalidation queue
+  std::uint64_t unmap_events_filtered = 0;  // releases outside every cached entry: not queued
+  std::uint64_t queue_overflows = 0;        // times the queue overflowed (everything invalidated)
+  std::uint64_t merges = 0;                 // registrations of a merged range
+  std::uint64_t merge_fallbacks = 0;        // merged range refused, exact range registered instead
+  std::uint64_t failures = 0;               // acquires that failed
+  std::size_t entries = 0;                  // live registrations (cached or still in use)
+  std::size_t bytes = 0;                    // bytes of live registrations
+  std::size_t cached_entries = 0;           // entries in the lookup map
+  std::size_t in_use_entries = 0;           // entries with at least one Registration
+  bool caching = true;                      // false: invalidation unavailable, nothing is kept
 };
 
 // The memory-registration primitive the cache drives. RegCache uses ibv_reg_mr on a PD;
