@@ -24,6 +24,8 @@ std::string_view to_string(MsgKind kind) noexcept {
       return "connect";
     case MsgKind::kDisconnect:
       return "disconnect";
+    case MsgKind::kRndvData:
+      return "rndv_data";
   }
   return "unknown";
 }

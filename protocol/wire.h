@@ -11,7 +11,8 @@
 //      +-----------------------------------+-----------------------------------+
 //   24 |                aux                |             reserved              |
 //      +-----------------------------------+-----------------------------------+
-//   32   body (sizeof RtsBody / CtsBody / FinBody, or nothing), then payload_length bytes
+//   32   body (sizeof RtsBody / CtsBody / FinBody / DataBody, or nothing), then payload_length
+//        bytes
 //
 // Byte order: little-endian. rdmx targets x86-64 (and little-endian aarch64) hosts only, so the
 // structs below are memcpy'd to and from the wire as they are; a static_assert stops a
@@ -35,7 +36,8 @@ static_assert(std::endian::native == std::endian::little,
               "rdmx wire structs are little-endian and copied as-is: add byte swaps to port");
 
 // Bumped on any incompatible change to a header, a body or the meaning of a field.
-inline constexpr std::uint8_t kWireVersion = 1;
+// 2: kRndvData, CtsBody.flags, FinBody.flags (rendezvous).
+inline constexpr std::uint8_t kWireVersion = 2;
 
 enum class MsgKind : std::uint8_t {
   kInvalid = 0,     // a zeroed buffer must never validate
@@ -48,8 +50,9 @@ enum class MsgKind : std::uint8_t {
   kFin = 7,         // rendezvous finished or failed; body FinBody
   kConnect = 8,     // connection set-up (UD -> RC wire-up); payload is transport-defined
   kDisconnect = 9,  // the sender is tearing the connection down; nothing follows
+  kRndvData = 10,   // rendezvous copy path: bytes of a granted message; body DataBody
 };
-inline constexpr std::uint8_t kMsgKindCount = 10;  // one past the last valid kind
+inline constexpr std::uint8_t kMsgKindCount = 11;  // one past the last valid kind
 
 std::string_view to_string(MsgKind kind) noexcept;
 
@@ -95,6 +98,7 @@ struct RtsBody {
 
 // kCts: the receiver grants [offset, offset + granted_length) of the message to be written at
 // remote_addr with rkey. One CTS per fragment lets a later version pipeline large messages.
+// granted_length < the message's length means the receive buffer is shorter (truncation).
 struct CtsBody {
   std::uint64_t remote_addr;     // receiver's buffer address for byte `offset`
   std::uint64_t offset;          // first message byte this grant covers
@@ -102,15 +106,33 @@ struct CtsBody {
   std::uint32_t rkey;            // memory key of the receiver's registered buffer
   std::uint32_t sender_slot;     // from RtsBody
   std::uint32_t receiver_slot;   // receiver's request slot (e.g. the write-with-imm immediate)
-  std::uint32_t reserved;        // zero
+  std::uint32_t flags;           // kCtsFlag* bits; unknown bits: the CTS is dropped
 };
 
-// kFin: rendezvous outcome, sent by whichever side finishes or fails.
+// The receiver could not register its buffer (remote_addr and rkey are 0): send the granted bytes
+// as kRndvData messages instead of RDMA writes.
+inline constexpr std::uint32_t kCtsFlagCopy = 1u << 0;
+inline constexpr std::uint32_t kCtsKnownFlags = kCtsFlagCopy;
+
+// kFin: rendezvous outcome, sent by whichever side fails (a successful transfer needs none: the
+// write-with-imm or the last kRndvData completes the receiver).
 struct FinBody {
   std::uint32_t sender_slot;
   std::uint32_t receiver_slot;
-  std::int32_t status;     // 0 = success, otherwise a negative errno-style code
-  std::uint32_t reserved;  // zero
+  std::int32_t status;  // 0 = success, otherwise a negative rdmx_code_t
+  std::uint32_t flags;  // kFinFlag* bits
+};
+
+// Set: the FIN is for the sender's transfer (sender_slot); clear: for the receiver's.
+inline constexpr std::uint32_t kFinFlagToSender = 1u << 0;
+
+// kRndvData: payload_length bytes of the message at `offset`, for the receiver's transfer
+// `receiver_slot` (the copy path, used when a buffer cannot be registered or no RC connection
+// is available for RDMA writes).
+struct DataBody {
+  std::uint64_t offset;         // first message byte carried
+  std::uint32_t receiver_slot;  // from CtsBody
+  std::uint32_t reserved;       // zero
 };
 
 inline constexpr std::size_t kHeaderSize = 32;
@@ -144,11 +166,17 @@ static_assert(offsetof(CtsBody, receiver_slot) == 32);
 
 static_assert(sizeof(FinBody) == 16);
 static_assert(offsetof(FinBody, status) == 8);
+static_assert(offsetof(FinBody, flags) == 12);
+
+static_assert(sizeof(DataBody) == 16);
+static_assert(offsetof(DataBody, offset) == 0);
+static_assert(offsetof(DataBody, receiver_slot) == 8);
 
 static_assert(std::is_trivially_copyable_v<MsgHeader> && std::is_standard_layout_v<MsgHeader>);
 static_assert(std::is_trivially_copyable_v<RtsBody> && std::is_standard_layout_v<RtsBody>);
 static_assert(std::is_trivially_copyable_v<CtsBody> && std::is_standard_layout_v<CtsBody>);
 static_assert(std::is_trivially_copyable_v<FinBody> && std::is_standard_layout_v<FinBody>);
+static_assert(std::is_trivially_copyable_v<DataBody> && std::is_standard_layout_v<DataBody>);
 static_assert(kHeaderSize % 8 == 0 && (40 + kHeaderSize) % 8 == 0,
               "payload stays 8-byte aligned on RC and after the UD GRH");
 
@@ -161,6 +189,8 @@ constexpr std::size_t body_size(MsgKind kind) noexcept {
       return sizeof(CtsBody);
     case MsgKind::kFin:
       return sizeof(FinBody);
+    case MsgKind::kRndvData:
+      return sizeof(DataBody);
     default:
       return 0;
   }
@@ -168,7 +198,8 @@ constexpr std::size_t body_size(MsgKind kind) noexcept {
 
 // Kinds that may carry payload bytes; all others must have payload_length == 0.
 constexpr bool carries_payload(MsgKind kind) noexcept {
-  return kind == MsgKind::kEager || kind == MsgKind::kEagerSync || kind == MsgKind::kConnect;
+  return kind == MsgKind::kEager || kind == MsgKind::kEagerSync || kind == MsgKind::kConnect ||
+         kind == MsgKind::kRndvData;
 }
 
 // Kinds that consume a per-peer sequence number (and so are ordered and, on UD, retransmitted).

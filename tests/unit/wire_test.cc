@@ -44,7 +44,7 @@ TEST(Wire, CtsBodyLayout) {
               .rkey = 0xa1a2a3a4,
               .sender_slot = 7,
               .receiver_slot = 9,
-              .reserved = 0};
+              .flags = 0};
   std::array<std::byte, sizeof(CtsBody)> raw{};
   store_wire(raw.data(), cts);
   EXPECT_EQ(static_cast<std::uint8_t>(raw[0]), 0x88);
@@ -55,6 +55,29 @@ TEST(Wire, CtsBodyLayout) {
   const auto back = load_wire<CtsBody>(raw.data());
   EXPECT_EQ(back.remote_addr, cts.remote_addr);
   EXPECT_EQ(back.rkey, cts.rkey);
+}
+
+TEST(Wire, RendezvousDataAndFinBodies) {
+  DataBody d{.offset = 0x0102030405060708, .receiver_slot = 0x00100009, .reserved = 0};
+  std::array<std::byte, sizeof(DataBody)> raw{};
+  store_wire(raw.data(), d);
+  EXPECT_EQ(static_cast<std::uint8_t>(raw[0]), 0x08);
+  EXPECT_EQ(static_cast<std::uint8_t>(raw[8]), 0x09);
+  EXPECT_EQ(static_cast<std::uint8_t>(raw[10]), 0x10);
+  // kRndvData carries its body and then payload, is sequenced, and is not matched.
+  EXPECT_TRUE(carries_payload(MsgKind::kRndvData));
+  EXPECT_TRUE(is_sequenced(MsgKind::kRndvData));
+  EXPECT_FALSE(is_tagged(MsgKind::kRndvData));
+  EXPECT_EQ(body_size(MsgKind::kRndvData), sizeof(DataBody));
+  MsgHeader h = make_header(MsgKind::kRndvData);
+  h.payload_length = 100;
+  EXPECT_EQ(validate(h, wire_size(MsgKind::kRndvData, 100)), WireError::kOk);
+  EXPECT_EQ(validate(h, kHeaderSize + 100), WireError::kLengthMismatch) << "body missing";
+  FinBody f{.sender_slot = 1, .receiver_slot = 2, .status = -5, .flags = kFinFlagToSender};
+  std::array<std::byte, sizeof(FinBody)> fraw{};
+  store_wire(fraw.data(), f);
+  EXPECT_EQ(static_cast<std::uint8_t>(fraw[8]), 0xfb);
+  EXPECT_EQ(static_cast<std::uint8_t>(fraw[12]), 1);
 }
 
 TEST(Wire, LoadFromUnalignedBuffer) {
