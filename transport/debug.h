@@ -31,6 +31,8 @@ struct DestroyReport {
 };
 
 WrIds wr_ids(const rdmx_worker_t* worker);
+// One paragraph on stderr: queues, windows, pools and peers (for a test that timed out).
+void dump(const rdmx_worker_t* worker);
 DestroyReport last_destroy_report();
 
 }  // namespace rdmx::transport::debug

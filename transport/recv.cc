@@ -142,12 +142,13 @@ int Worker::progress() {
   if ((++progress_calls_ & 63) == 0 || low) [[unlikely]] {
     handle_async_events();
   }
-  if (next_ud_timer_us_ != 0 || !connect_list_.empty()) {
+  if (next_ud_timer_us_ != protocol::kNoDeadline ||
+      next_connect_timer_us_ != protocol::kNoDeadline) {
     const std::uint64_t now = now_us();
-    if (!connect_list_.empty() && now >= next_connect_timer_us_) {
+    if (now >= next_connect_timer_us_) {
       run_connect_timers(now);
     }
-    if (next_ud_timer_us_ != 0 && now >= next_ud_timer_us_) {
+    if (now >= next_ud_timer_us_) {
       run_ud_timers(now);
     }
   }

@@ -281,10 +281,8 @@ void Worker::list_ud_timer(Peer& peer) {
     peer.ud_timer_listed = true;
     ud_timer_list_.push_back(&peer);
   }
-  const std::uint64_t d = std::min(peer.ud_tx->deadline_us(), peer.ud_ack->deadline_us());
-  if (d < next_ud_timer_us_ || next_ud_timer_us_ == 0) {
-    next_ud_timer_us_ = d;
-  }
+  next_ud_timer_us_ =
+      std::min({next_ud_timer_us_, peer.ud_tx->deadline_us(), peer.ud_ack->deadline_us()});
 }
 
 void Worker::run_ud_timers(std::uint64_t now) {
@@ -314,7 +312,7 @@ void Worker::run_ud_timers(std::uint64_t now) {
     ud_timer_list_[keep++] = &p;
   }
   ud_timer_list_.resize(keep);
-  next_ud_timer_us_ = next == protocol::kNoDeadline ? 0 : next;
+  next_ud_timer_us_ = next;
 }
 
 void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {

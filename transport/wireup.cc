@@ -204,12 +204,11 @@ void Worker::start_connect(Peer& peer) {
     peer.conn_listed = true;
     connect_list_.push_back(&peer);
   }
-  next_connect_timer_us_ = std::min(
-      next_connect_timer_us_ == 0 ? peer.conn_next_us : next_connect_timer_us_, peer.conn_next_us);
+  next_connect_timer_us_ = std::min(next_connect_timer_us_, peer.conn_next_us);
 }
 
 void Worker::run_connect_timers(std::uint64_t now) {
-  std::uint64_t next = 0;
+  std::uint64_t next = protocol::kNoDeadline;
   std::size_t keep = 0;
   for (std::size_t i = 0; i < connect_list_.size(); ++i) {
     Peer& p = *connect_list_[i];
@@ -228,7 +227,7 @@ void Worker::run_connect_timers(std::uint64_t now) {
       p.conn_rto_us = std::min(p.conn_rto_us * 2, kConnectRtoMaxUs);
       p.conn_next_us = now + p.conn_rto_us;
     }
-    next = next == 0 ? p.conn_next_us : std::min(next, p.conn_next_us);
+    next = std::min(next, p.conn_next_us);
     connect_list_[keep++] = &p;
   }
   connect_list_.resize(keep);

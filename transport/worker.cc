@@ -402,9 +402,9 @@ void Worker::teardown() noexcept {
       on_send_completion(wc);
     }
   };
-  // rxe may never raise LAST_WQE_REACHED: once one QP has waited in vain, the others get a
-  // short wait (they went to ERR together, so their events would have come by now).
-  std::chrono::milliseconds last_wqe_wait{100};
+  // rxe never raises LAST_WQE_REACHED (kernel 6.1): once one QP has waited for it in vain, the
+  // others (moved to ERR together, so their events would be here by now) do not wait.
+  bool wait_last_wqe = true;
   ibv_ah* marker_ah = nullptr;
   for (auto& p : peers_) {
     if (p->ah) {
@@ -414,8 +414,8 @@ void Worker::teardown() noexcept {
   }
   for (auto [qp, sq] : qps) {
     verbs::TeardownOptions opt;
-    opt.events = &*events_;
-    opt.last_wqe_timeout = last_wqe_wait;
+    opt.events = wait_last_wqe ? &*events_ : nullptr;
+    opt.last_wqe_timeout = std::chrono::milliseconds(50);
     opt.drain_timeout = std::chrono::milliseconds(1000);
     opt.quiet_period = std::chrono::milliseconds(2);
     opt.ud_marker_ah = marker_ah;
@@ -429,7 +429,7 @@ void Worker::teardown() noexcept {
     if (r.last_wqe_reached) {
       ++report.qps_last_wqe;
     } else if (r.last_wqe_awaited) {
-      last_wqe_wait = std::chrono::milliseconds(1);
+      wait_last_wqe = false;
     }
     if (r.drain_timed_out) {
       ++report.drain_timeouts;
@@ -576,7 +576,56 @@ void Worker::stats(rdmx_stats_t* out) const {
   *out = s;
 }
 
+void Worker::dump() const {
+  std::fprintf(stderr, "rdmx dump %016llx (%s): active requests %s, completions %s\n",
+               static_cast<unsigned long long>(uid_), ud_mode_ ? "ud" : "rc",
+               active_head_ != nullptr ? "yes" : "no", done_head_ != nullptr ? "yes" : "no");
+  for (int c = 0; c < kNumPools; ++c) {
+    const eager::SrqPool& p = *pools_[c];
+    std::fprintf(stderr,
+                 "  pool %d: posted %u free %u total %u consumed %llu refills %llu limit %llu\n", c,
+                 p.posted(), p.free_count(), p.total(),
+                 static_cast<unsigned long long>(p.counters().consumed),
+                 static_cast<unsigned long long>(p.counters().refills),
+                 static_cast<unsigned long long>(p.counters().limit_events));
+  }
+  const eager::SendPool& sp = *threads_[0].send;
+  std::fprintf(stderr, "  send: descs in use %u, free buffers %u/%u\n", sp.descs_in_use(),
+               sp.free_buffers(0), sp.free_buffers(1));
+  for (int c = 0; c < kNumClasses; ++c) {
+    if (ud_qp_[c]) {
+      std::fprintf(stderr, "  ud sq %d: outstanding %u tail %u\n", c, ud_sq_[c].outstanding(),
+                   ud_sq_[c].unsignaled_tail());
+    }
+  }
+  std::fprintf(stderr, "  timers: ud next %llu (now %llu), %zu listed; flush list %zu\n",
+               static_cast<unsigned long long>(next_ud_timer_us_),
+               static_cast<unsigned long long>(now_us()), ud_timer_list_.size(),
+               flush_list_.size());
+  for (const auto& p : peers_) {
+    std::fprintf(stderr, "  peer %u uid %016llx %s: pending %u acks %zu rx expected %u held %zu",
+                 p->index, static_cast<unsigned long long>(p->uid), to_string(p->state).data(),
+                 p->pending_count, p->pending_match_acks.size(), p->rx ? p->rx->expected() : 0,
+                 p->rx ? p->rx->held() : 0);
+    if (p->ud_tx) {
+      std::fprintf(stderr, " tx next %u in flight %zu rto %llu deadline %llu ack unacked %zu",
+                   p->ud_tx->next_seq(), p->ud_tx->in_flight(),
+                   static_cast<unsigned long long>(p->ud_tx->rto_us()),
+                   static_cast<unsigned long long>(p->ud_tx->deadline_us()), p->ud_ack->unacked());
+    }
+    if (p->rc_guard) {
+      std::fprintf(stderr, " guard next %u oldest %u sq %u/%u", p->rc_guard->next(),
+                   p->rc_guard->oldest(), p->rc_sq[0].outstanding(), p->rc_sq[1].outstanding());
+    }
+    std::fprintf(stderr, "\n");
+  }
+}
+
 namespace debug {
+
+void dump(const rdmx_worker_t* worker) {
+  worker->impl->dump();
+}
 
 WrIds wr_ids(const rdmx_worker_t* worker) {
   const WrAccount a = worker->impl->wr_account();

@@ -143,6 +143,7 @@ class Worker {
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
   void stats(rdmx_stats_t* out) const;
   WrAccount wr_account() const;
+  void dump() const;
 
  private:
   explicit Worker(const rdmx_config_t& config);
@@ -253,8 +254,9 @@ class Worker {
   std::vector<Peer*> flush_list_;
   std::vector<Peer*> ud_timer_list_;
   std::vector<Peer*> connect_list_;
-  std::uint64_t next_ud_timer_us_ = 0;
-  std::uint64_t next_connect_timer_us_ = 0;
+  // Earliest timer deadlines (protocol::kNoDeadline: none).
+  std::uint64_t next_ud_timer_us_ = protocol::kNoDeadline;
+  std::uint64_t next_connect_timer_us_ = protocol::kNoDeadline;
   std::uint32_t progress_calls_ = 0;
   bool closing_ = false;
 

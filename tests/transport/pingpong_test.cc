@@ -104,9 +104,21 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
     RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "sentinel send"));
   }
 
+  // Every size up to 1100 (the inline limit, 512 - 32, and the small class, 1024, are below);
+  // above, every size within 3 bytes of a power of two or a multiple of 1024 (class and buffer
+  // boundaries) and a stride of 53 in between. UD (992 at MTU 1024): every size.
   std::vector<std::size_t> sizes;
   for (std::size_t s = 0; s <= limit; ++s) {
-    sizes.push_back(s);
+    bool near = s <= 1100 || s + 3 >= limit;
+    for (std::size_t b = 1024; b <= limit + 3 && !near; b += 1024) {
+      near = s + 3 >= b && s <= b + 3;
+    }
+    for (std::size_t p = 2048; p <= 2 * limit && !near; p *= 2) {
+      near = s + 3 >= p && s <= p + 3;
+    }
+    if (near || s % 53 == 0) {
+      sizes.push_back(s);
+    }
   }
   std::vector<std::uint8_t> out(limit + 64), in(limit + 64);
   const std::uint64_t my_uid = rdmx_worker_uid(w);

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "transport/debug.h"
+
 namespace rdmx::test {
 
 namespace {
@@ -172,6 +174,10 @@ void Rank::fail(const char* file, int line, const std::string& message) const {
       kill(pid, SIGKILL);
     }
   }
+  // Ranks still waiting for a round that can never complete read EOF and fail.
+  for (int fd : fds) {
+    close(fd);
+  }
   std::ostringstream failures;
   bool ok = !timed_out;
   if (timed_out) {
@@ -181,7 +187,6 @@ void Rank::fail(const char* file, int line, const std::string& message) const {
     int status = 0;
     while (waitpid(pids[static_cast<std::size_t>(r)], &status, 0) < 0 && errno == EINTR) {
     }
-    close(fds[static_cast<std::size_t>(r)]);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       continue;
     }
@@ -226,6 +231,7 @@ int wait_request(Rank& rank, rdmx_worker_t* worker, rdmx_request_t* request, rdm
                  const char* what, std::chrono::milliseconds timeout) {
   const int rc = rdmx_request_wait(worker, request, status, static_cast<int>(timeout.count()));
   if (rc == RDMX_ERR_TIMED_OUT) {
+    rdmx::transport::debug::dump(worker);
     rank.fail(
         __FILE__, __LINE__,
         std::string(what) + " did not complete in " + std::to_string(timeout.count()) + " ms");
@@ -235,6 +241,69 @@ int wait_request(Rank& rank, rdmx_worker_t* worker, rdmx_request_t* request, rdm
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace rdmx::test
+
+namespace rdmx::test {
+
+Session open_session(Rank& rank, const std::string& device, rdmx_transport_t transport,
+                     const std::function<void(rdmx_config_t&)>& tweak,
+                     const std::vector<int>& peers) {
+  Session s;
+  rdmx_config_t cfg = test_config(device, transport);
+  if (tweak) {
+    tweak(cfg);
+  }
+  RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &s.worker));
+  const void* addr = nullptr;
+  std::size_t len = 0;
+  RDMX_CHECK_OK(rank, rdmx_worker_address(s.worker, &addr, &len));
+  const auto blobs = rank.allgather(addr, len);
+  const std::uint64_t uid = rdmx_worker_uid(s.worker);
+  const auto uid_blobs = rank.allgather(&uid, sizeof(uid));
+  s.uids.resize(static_cast<std::size_t>(rank.size()));
+  s.eps.assign(static_cast<std::size_t>(rank.size()), nullptr);
+  for (int r = 0; r < rank.size(); ++r) {
+    std::memcpy(&s.uids[static_cast<std::size_t>(r)], uid_blobs[static_cast<std::size_t>(r)].data(),
+                sizeof(std::uint64_t));
+  }
+  std::vector<int> targets = peers;
+  if (targets.empty()) {
+    for (int r = 0; r < rank.size(); ++r) {
+      if (r != rank.rank()) {
+        targets.push_back(r);
+      }
+    }
+  }
+  for (const int r : targets) {
+    const Blob& b = blobs[static_cast<std::size_t>(r)];
+    RDMX_CHECK_OK(
+        rank, rdmx_ep_create(s.worker, b.data(), b.size(), &s.eps[static_cast<std::size_t>(r)]));
+  }
+  return s;
+}
+
+void close_session(Rank& rank, Session& s) {
+  for (rdmx_ep_t* ep : s.eps) {
+    if (ep != nullptr) {
+      rdmx_ep_destroy(ep);
+    }
+  }
+  rdmx_worker_destroy(s.worker);
+  s.worker = nullptr;
+  const auto report = rdmx::transport::debug::last_destroy_report();
+  RDMX_CHECK(rank, report.valid);
+  RDMX_CHECK_EQ(rank, report.wr_ids.outstanding(), 0u);
+  RDMX_CHECK_EQ(rank, report.destroy_errors, 0u);
+}
+
+std::string device_for(int rank, bool two_devices) {
+  const auto devs = devices();
+  if (devs.empty()) {
+    return "";
+  }
+  return two_devices && devs.size() > 1 ? devs[static_cast<std::size_t>(rank) % 2] : devs[0];
 }
 
 }  // namespace rdmx::test

@@ -93,3 +93,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0);
                   std::string(#expr " -> ") + std::to_string(_rc) + " " + rdmx_strerror(_rc)); \
     }                                                                                          \
   } while (0)
+
+namespace rdmx::test {
+
+// A worker with an endpoint to every other rank (all-to-all), set up inside a rank.
+struct Session {
+  rdmx_worker_t* worker = nullptr;
+  std::vector<rdmx_ep_t*> eps;      // eps[r]: to rank r (nullptr for ourselves unless self)
+  std::vector<std::uint64_t> uids;  // uids[r]: rank r's worker uid
+};
+
+// Creates the worker (config from test_config() and `tweak`), exchanges addresses and creates
+// endpoints to `peers` (every other rank when empty). Fails the rank on any error.
+Session open_session(Rank& rank, const std::string& device, rdmx_transport_t transport,
+                     const std::function<void(rdmx_config_t&)>& tweak = {},
+                     const std::vector<int>& peers = {});
+// Destroys endpoints and worker; fails the rank unless every wr_id was accounted for.
+void close_session(Rank& rank, Session& s);
+
+// The device for a rank: the first device, or (two_devices) rank r on device r % 2.
+std::string device_for(int rank, bool two_devices);
+
+}  // namespace rdmx::test
