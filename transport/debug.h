@@ -27,6 +27,7 @@ struct DestroyReport {
   std::uint32_t qps_last_wqe = 0;  // of which IBV_EVENT_QP_LAST_WQE_REACHED arrived
   std::uint32_t drain_timeouts = 0;
   std::uint32_t requests_failed = 0;  // active requests failed by the destroy
+  bool flush_complete = false;        // every buffered send reached its peer before teardown
   std::uint32_t destroy_errors = 0;   // verbs destroy calls that failed
 };
 

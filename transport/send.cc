@@ -299,8 +299,13 @@ void Worker::run_ud_timers(std::uint64_t now) {
       fail_peer(p, RDMX_ERR_UNREACHABLE, "no acknowledgement within peer_timeout_ms");
       continue;
     }
-    (void)p.ud_tx->due_for_retransmit(
-        now, [&](protocol::Seq, std::uint32_t slot) { return resend_ud(p, slot); });
+    // Go-back-N, but at most a burst per expiry, oldest first: the receiver holds what came
+    // after a gap, so once the gap is filled its cumulative ack covers the rest, which then
+    // never needs resending. A larger loss takes a few more expiries.
+    std::uint32_t burst = 0;
+    (void)p.ud_tx->due_for_retransmit(now, [&](protocol::Seq, std::uint32_t slot) {
+      return burst++ < kUdResendBurst && resend_ud(p, slot);
+    });
     if (p.ud_ack->ack_due(now)) {
       (void)post_ud_ack(p);
     }

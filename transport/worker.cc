@@ -323,7 +323,6 @@ void Worker::teardown() noexcept {
   const auto t0 = std::chrono::steady_clock::now();
   debug::DestroyReport report;
   report.valid = true;
-  closing_ = true;
 
   // 1. Fail every active request and run every pending callback.
   while (active_head_ != nullptr) {
@@ -348,7 +347,45 @@ void Worker::teardown() noexcept {
   }
   (void)run_completions();
 
-  // 2. Tell connected peers we are going (best effort, unacknowledged), and let those sends
+  // 2. Flush: standard sends are complete for the caller once buffered, so give what is still
+  //    unacknowledged (UD) or incomplete (RC) a bounded time to reach live peers before the QPs
+  //    go to ERR, and send the acks we owe.
+  if (send_cq_ && !threads_.empty()) {
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(std::min<std::uint32_t>(config_.peer_timeout_ms, 2000));
+    for (;;) {
+      bool busy = false;
+      for (auto& p : peers_) {
+        if (p->state != PeerState::kConnected) {
+          continue;
+        }
+        busy |= p->ud_tx && p->ud_tx->in_flight() > 0;
+        busy |= !p->pending_match_acks.empty();
+        for (int c = 0; c < kNumClasses; ++c) {
+          if (p->rc_qp[c] && p->rc_sq[c].outstanding() > 0) {
+            busy = true;
+            if (p->rc_sq[c].unsignaled_tail() != 0) {
+              (void)post_rc_flush(*p, c);
+            }
+          }
+        }
+      }
+      if (!busy || std::chrono::steady_clock::now() >= deadline) {
+        report.flush_complete = !busy;
+        break;
+      }
+      (void)progress();
+    }
+    for (auto& p : peers_) {
+      if (p->state == PeerState::kConnected && p->ud_ack && p->ud_ack->unacked() > 0) {
+        (void)post_ud_ack(*p);
+      }
+    }
+  }
+  closing_ = true;
+
+  // 3. Tell connected peers we are going (best effort, unacknowledged), and let those sends
   //    leave before the QPs go to ERR.
   if (ctrl_qp_ && send_cq_) {
     bool any = false;
@@ -363,7 +400,7 @@ void Worker::teardown() noexcept {
     }
   }
 
-  // 3. QPs, in the verbs/ teardown sequence: ERR, LAST_WQE_REACHED (bounded), drain, destroy.
+  // 4. QPs, in the verbs/ teardown sequence: ERR, LAST_WQE_REACHED (bounded), drain, destroy.
   //    All QPs go to ERR first so that their flushes and events overlap.
   std::vector<std::pair<verbs::QueuePair*, eager::SendQueue*>> qps;
   for (auto& p : peers_) {
@@ -481,7 +518,7 @@ void Worker::teardown() noexcept {
     }
   }
 
-  // 4. SRQs (no QP uses them any more), then everything else in reverse creation order.
+  // 5. SRQs (no QP uses them any more), then everything else in reverse creation order.
   for (auto& pool : pools_) {
     if (pool && pool->destroy_srq() != 0) {
       ++report.destroy_errors;

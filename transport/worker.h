@@ -59,9 +59,10 @@ inline constexpr std::uint32_t kSignalEvery = 16;     // selective signalling pe
 inline constexpr std::uint32_t kSendDescs = 4096;     // send WRs in flight per thread
 inline constexpr std::uint32_t kSendSmallBuffers = 1024;
 inline constexpr std::uint32_t kSendLargeBuffers = 256;
-inline constexpr std::uint32_t kSyncSlots = 4096;   // Ssends waiting per thread
-inline constexpr std::size_t kRcOrderWindow = 512;  // early arrivals held per RC peer
-inline constexpr std::size_t kUdWindow = 256;       // UD send window = reorder window
+inline constexpr std::uint32_t kSyncSlots = 4096;    // Ssends waiting per thread
+inline constexpr std::size_t kRcOrderWindow = 512;   // early arrivals held per RC peer
+inline constexpr std::size_t kUdWindow = 256;        // UD send window = reorder window
+inline constexpr std::uint32_t kUdResendBurst = 16;  // UD messages resent per timer expiry
 inline constexpr std::uint32_t kMaxPendingPerPeer = 1u << 16;
 inline constexpr std::uint32_t kQkey = 0x52444d58;  // "RDMX"
 inline constexpr int kPollBatch = 16;

@@ -284,6 +284,26 @@ Session open_session(Rank& rank, const std::string& device, rdmx_transport_t tra
   return s;
 }
 
+void quiesce(Rank& rank, Session& s) {
+  constexpr std::uint64_t kFinTag = 0xf1f1f1f1f1f1f1f1ull;
+  std::vector<rdmx_request_t> reqs;
+  reqs.reserve(2 * s.eps.size());
+  for (std::size_t r = 0; r < s.eps.size(); ++r) {
+    if (s.eps[r] == nullptr) {
+      continue;
+    }
+    reqs.emplace_back();
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, nullptr, 0, s.uids[r], kFinTag, ~0ull, &reqs.back(),
+                                      nullptr, nullptr));
+    reqs.emplace_back();
+    RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[r], nullptr, 0, kFinTag, RDMX_SEND_SYNC, &reqs.back(),
+                                      nullptr, nullptr));
+  }
+  for (auto& r : reqs) {
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "quiesce fin"));
+  }
+}
+
 void close_session(Rank& rank, Session& s) {
   for (rdmx_ep_t* ep : s.eps) {
     if (ep != nullptr) {

@@ -108,6 +108,10 @@ struct Session {
 Session open_session(Rank& rank, const std::string& device, rdmx_transport_t transport,
                      const std::function<void(rdmx_config_t&)>& tweak = {},
                      const std::vector<int>& peers = {});
+// Standard sends complete once buffered, so a rank must keep progressing until its peers have
+// its messages (UD retransmits from the sender). quiesce() exchanges a synchronous "fin" with
+// every endpoint's peer: once it returns, everything sent before it was received, both ways.
+void quiesce(Rank& rank, Session& s);
 // Destroys endpoints and worker; fails the rank unless every wr_id was accounted for.
 void close_session(Rank& rank, Session& s);
 
