@@ -132,8 +132,10 @@ int main(int argc, char** argv) {
   t_init(&argc, &argv, "mpi_collectives");
   /* Without rendezvous, keep every point-to-point message within the eager limit: the largest
    * is a whole gather/alltoall buffer in the worst algorithm. */
-  max_bytes =
-      t_size >= 2 && large_messages_supported(MPI_COMM_WORLD) ? (size_t)16 << 20 : t_eager_limit();
+  max_bytes = t_size >= 2 ? t_message_limit() : SIZE_MAX;
+  if (max_bytes > ((size_t)16 << 20)) {
+    max_bytes = (size_t)16 << 20;
+  }
   run(MPI_COMM_WORLD, max_bytes, "world");
   CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, t_rank < t_size / 2, t_rank, &half));
   run(half, max_bytes, "half");

@@ -7,8 +7,9 @@
 #include "mpi_test.h"
 
 int main(int argc, char** argv) {
-  const size_t eager = t_eager_limit();
-  const size_t sizes[] = {eager + 1, 16384, 65536 + 3, 262144, 1 << 20, 4 << 20, (8 << 20) + 5};
+  /* From just above a UD eager limit (one MTU) and RC's default (8 KiB) up. */
+  const size_t sizes[] = {1025,   4097,    8193,    16384,        65536 + 3,
+                          262144, 1 << 20, 4 << 20, (8 << 20) + 5};
   const size_t max = (8 << 20) + 5;
   unsigned char *s, *r;
   size_t k;

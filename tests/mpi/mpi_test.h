@@ -6,8 +6,6 @@
  * Environment:
  *   RDMX_TEST_LARGE=0|1   0: skip the large-message cases without asking; 1: they are required,
  *                         a refusal fails the test. Unset: ask rdmx (see large_messages_supported).
- *   RDMX_EAGER_LIMIT      as for rdmx; the tests use it (default 8192, rdmx's default) to know
- *                         which sizes stay eager when large messages are not supported.
  *   RDMX_TEST_TIMEOUT     watchdog seconds (default 300).
  */
 #ifndef RDMX_TESTS_MPI_TEST_H
@@ -129,62 +127,22 @@ static inline long t_first_diff(const void* buf, size_t n, uint32_t seed) {
           d_);                                                                                    \
   } while (0)
 
-static inline size_t t_parse_size(const char* s, size_t dflt) {
-  char* end = NULL;
-  unsigned long long v;
-  if (s == NULL || *s == '\0') {
-    return dflt;
-  }
-  v = strtoull(s, &end, 0);
-  switch (end != NULL ? *end : '\0') {
-    case 'k':
-    case 'K':
-      v <<= 10;
-      break;
-    case 'm':
-    case 'M':
-      v <<= 20;
-      break;
-    case 'g':
-    case 'G':
-      v <<= 30;
-      break;
-    default:
-      break;
-  }
-  return (size_t)v;
-}
-
-/* Largest message rdmx sends eagerly (RDMX_EAGER_LIMIT, or rdmx's default 8192). */
-static inline size_t t_eager_limit(void) {
-  return t_parse_size(getenv("RDMX_EAGER_LIMIT"), 8192);
-}
-
 /*
- * Collective over comm (size >= 2). Asks rdmx whether it carries messages above its eager limit
- * (they need the rendezvous protocol): rank 0 sends 256 KiB to rank 1 on a private communicator
- * with MPI_ERRORS_RETURN; "unsupported" is a refusal, at MPI_Isend (rdmx_tag_send returned
- * RDMX_ERR_UNSUPPORTED) or at MPI_Wait. Rank 1 checks the data when it arrives, and cancels its
- * receive when it will not. Everyone learns the verdict.
+ * Collective over comm (size >= 2): does rdmx carry an n-byte message from rank 0 to rank 1?
+ * Rank 0 sends it on a private communicator with MPI_ERRORS_RETURN; a refusal, at MPI_Isend
+ * (rdmx_tag_send returned RDMX_ERR_UNSUPPORTED) or at MPI_Wait, is a "no". Rank 1 checks the
+ * data when it arrives and cancels its receive when it will not. Everyone learns the verdict.
  */
-static inline int large_messages_supported(MPI_Comm comm) {
-  const char* env = getenv("RDMX_TEST_LARGE");
-  const int n = 256 * 1024;
+static inline int t_try_message(MPI_Comm comm, int n) {
   int rank, size, ok = 1, all = 0;
   MPI_Comm c;
   MPI_Request req;
   MPI_Status st;
   unsigned char* buf;
-  if (env != NULL && strcmp(env, "0") == 0) {
-    if (t_rank == 0) {
-      printf("note: RDMX_TEST_LARGE=0: large-message cases skipped\n");
-    }
-    return 0;
-  }
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  CHECK(size >= 2, "large_messages_supported needs 2 ranks");
-  buf = malloc((size_t)n);
+  CHECK(size >= 2, "t_try_message needs 2 ranks");
+  buf = malloc((size_t)n + 1);
   CHECK(buf != NULL, "malloc");
   CHECK_MPI(MPI_Comm_dup(comm, &c));
   CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
@@ -205,30 +163,82 @@ static inline int large_messages_supported(MPI_Comm comm) {
       int count = -1;
       CHECK_MPI(MPI_Wait(&req, &st));
       MPI_Get_count(&st, MPI_BYTE, &count);
-      CHECK(count == n, "large probe: received %d bytes, expected %d", count, n);
+      CHECK(count == n, "probe message: received %d bytes, expected %d", count, n);
       CHECK_DATA(buf, (size_t)n, 4242);
     } else {
       CHECK_MPI(MPI_Cancel(&req));
       CHECK_MPI(MPI_Wait(&req, &st));
       MPI_Test_cancelled(&st, &cancelled);
-      CHECK(cancelled, "large probe: the receive of a refused message was not cancelled");
+      CHECK(cancelled, "probe message: the receive of a refused message was not cancelled");
     }
   }
   CHECK_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm));
   CHECK_MPI(MPI_Comm_free(&c));
   free(buf);
-  if (!all) {
+  return all;
+}
+
+#define T_LARGE_PROBE (256 * 1024)
+
+/*
+ * Collective. Does rdmx carry messages above its eager limit (rendezvous)? Asked with one
+ * 256 KiB message (t_try_message). RDMX_TEST_LARGE=0 answers no without asking; =1 makes a "no"
+ * a failure.
+ */
+static inline int large_messages_supported(MPI_Comm comm) {
+  static int cached = -1;
+  const char* env = getenv("RDMX_TEST_LARGE");
+  if (cached >= 0 && comm == MPI_COMM_WORLD) {
+    return cached;
+  }
+  if (env != NULL && strcmp(env, "0") == 0) {
+    if (t_rank == 0) {
+      printf("note: RDMX_TEST_LARGE=0: large-message cases skipped\n");
+    }
+    return cached = 0;
+  }
+  if (!t_try_message(comm, T_LARGE_PROBE)) {
     CHECK(env == NULL || strcmp(env, "1") != 0,
-          "RDMX_TEST_LARGE=1 but rdmx refused a %d-byte message", n);
+          "RDMX_TEST_LARGE=1 but rdmx refused a %d-byte message", T_LARGE_PROBE);
     if (t_rank == 0) {
       printf(
-          "note: rdmx refused a %d-byte message (above its eager limit: no rendezvous yet); "
-          "large-message cases skipped\n",
-          n);
+          "note: rdmx refused a %d-byte message (no rendezvous yet): large-message cases "
+          "skipped\n",
+          T_LARGE_PROBE);
       fflush(stdout);
     }
+    return cached = 0;
   }
-  return all;
+  return cached = 1;
+}
+
+/*
+ * Collective over MPI_COMM_WORLD. The largest message rdmx carries here: unlimited (SIZE_MAX)
+ * with rendezvous, else its eager limit, found by bisection with t_try_message (it depends on
+ * the transport: on UD one packet, capped by the path MTU).
+ */
+static inline size_t t_message_limit(void) {
+  static size_t cached = 0;
+  int lo = 0, hi = T_LARGE_PROBE;
+  if (cached != 0) {
+    return cached;
+  }
+  if (large_messages_supported(MPI_COMM_WORLD)) {
+    return cached = SIZE_MAX;
+  }
+  while (hi - lo > 1) { /* lo is carried, hi is refused */
+    const int mid = lo + (hi - lo) / 2;
+    if (t_try_message(MPI_COMM_WORLD, mid)) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  if (t_rank == 0) {
+    printf("note: rdmx carries at most %d bytes per message here; larger cases skipped\n", lo);
+    fflush(stdout);
+  }
+  return cached = (size_t)lo;
 }
 
 /* Whole-program skip when large messages are not supported: ctest reports the test skipped. */
