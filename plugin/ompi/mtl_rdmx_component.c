@@ -233,7 +233,7 @@ static const char* source_name(mca_base_var_source_t s) {
     case MCA_BASE_VAR_SOURCE_COMMAND_LINE:
       return "command line";
     case MCA_BASE_VAR_SOURCE_ENV:
-      return "OMPI_MCA_ environment";
+      return "--mca or OMPI_MCA_mtl_rdmx_*"; /* mpirun hands --mca on as OMPI_MCA_ variables */
     case MCA_BASE_VAR_SOURCE_FILE:
       return "parameter file";
     default:
@@ -297,6 +297,7 @@ static uint32_t job_size(void) {
 static void report_open_failure(const rdmx_config_t* c, int code) {
   char dev[160];
   char gid[32];
+  const char* why;
   if (c->device != NULL) {
     snprintf(dev, sizeof(dev), "RDMA device '%s'", c->device);
   } else {
@@ -307,20 +308,35 @@ static void report_open_failure(const rdmx_config_t* c, int code) {
   } else {
     snprintf(gid, sizeof(gid), "the RoCE v2 IPv4 GID");
   }
+  switch (code) {
+    case RDMX_ERR_NO_DEVICE:
+      why = "no such device, no active port, or no usable GID";
+      break;
+    case RDMX_ERR_UNSUPPORTED:
+    case RDMX_ERR_IO:
+      why = "the device refused a query or a setting (e.g. a port it does not have)";
+      break;
+    case RDMX_ERR_NO_MEMORY:
+      why = "out of memory: usually the locked-memory limit (ulimit -l unlimited)";
+      break;
+    case RDMX_ERR_INVALID_PARAM:
+      why = "a configuration value is invalid";
+      break;
+    default:
+      why = rdmx_strerror(code);
+      break;
+  }
   opal_output(0,
-              "mtl rdmx: cannot open %s (port %d%s, %s) on %s: %s.\n"
+              "mtl rdmx: cannot open %s (port %d%s, %s) on %s: %s (rdmx's message above has "
+              "the details).\n"
               "  Set mtl_rdmx_device (--mca mtl_rdmx_device NAME, or RDMX_DEVICE=NAME) to a "
               "device with an active port (see ibv_devices, ibv_devinfo), mtl_rdmx_port "
               "(RDMX_PORT) to its port and, on RoCE, mtl_rdmx_gid_index (RDMX_GID_INDEX) to a "
-              "RoCE v2 GID (see /sys/class/infiniband/DEV/ports/PORT/gids and gid_attrs/types).%s\n"
+              "RoCE v2 GID (see /sys/class/infiniband/DEV/ports/PORT/gids and gid_attrs/types).\n"
               "  The rdmx MTL is not usable in this process and Open MPI does not fall back to "
               "another MTL: fix the device, or run with another PML (e.g. --mca pml ob1).",
               dev, c->port, c->port == 0 ? " = first active" : "", gid,
-              OPAL_PROC_MY_HOSTNAME != NULL ? OPAL_PROC_MY_HOSTNAME : "this host",
-              rdmx_strerror(code),
-              code == RDMX_ERR_NO_MEMORY
-                  ? "\n  Out of memory usually means the locked-memory limit: ulimit -l unlimited."
-                  : "");
+              OPAL_PROC_MY_HOSTNAME != NULL ? OPAL_PROC_MY_HOSTNAME : "this host", why);
 }
 
 static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
