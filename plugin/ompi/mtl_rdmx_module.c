@@ -290,7 +290,8 @@ int ompi_mtl_rdmx_progress(void) {
     ++completed;
     r = next;
   }
-  return completed;
+  /* opal_progress yields the CPU (when idle-yield is on) only if every callback reports 0. */
+  return completed + (events > 0 ? events : 0);
 }
 
 /* ---- finalize ------------------------------------------------------------------------------ */
