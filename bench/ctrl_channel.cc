@@ -195,6 +195,15 @@ void Channel::read_all(void* data, std::size_t length, int timeout_ms) {
   }
 }
 
+bool Channel::readable() {
+  pollfd pfd{.fd = fd_, .events = POLLIN, .revents = 0};
+  const int r = poll(&pfd, 1, 0);
+  if (r < 0 && errno != EINTR) {
+    fail("poll on the control channel", errno);
+  }
+  return r > 0;
+}
+
 void Channel::send(const Msg& msg) {
   write_all(&msg, sizeof(msg));
 }

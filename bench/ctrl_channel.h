@@ -54,6 +54,8 @@ class Channel {
   // is not `expect`.
   Msg recv(int timeout_ms, Op expect);
   Msg recv_any(int timeout_ms);
+  // True when bytes (or EOF) are waiting; never blocks.
+  bool readable();
   void send_blob(const void* data, std::size_t length);
   std::vector<std::uint8_t> recv_blob(int timeout_ms);
 
