@@ -281,6 +281,9 @@ Session open_session(Rank& rank, const std::string& device, rdmx_transport_t tra
     RDMX_CHECK_OK(
         rank, rdmx_ep_create(s.worker, b.data(), b.size(), &s.eps[static_cast<std::size_t>(r)]));
   }
+  // Connecting needs both sides to progress (each waits for the other's reply): finish it here,
+  // so a test body may block out of band (rank.barrier()) without starving a peer's connect.
+  quiesce(rank, s);
   return s;
 }
 
