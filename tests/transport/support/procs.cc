@@ -287,7 +287,7 @@ Session open_session(Rank& rank, const std::string& device, rdmx_transport_t tra
   return s;
 }
 
-void quiesce(Rank& rank, Session& s) {
+void quiesce(Rank& rank, Session& s, std::chrono::milliseconds timeout) {
   constexpr std::uint64_t kFinTag = 0xf1f1f1f1f1f1f1f1ull;
   std::vector<rdmx_request_t> reqs;
   reqs.reserve(2 * s.eps.size());
@@ -303,7 +303,7 @@ void quiesce(Rank& rank, Session& s) {
                                       nullptr, nullptr));
   }
   for (auto& r : reqs) {
-    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "quiesce fin"));
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "quiesce fin", timeout));
   }
 }
 
