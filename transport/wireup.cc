@@ -325,7 +325,9 @@ void Worker::on_connected(Peer& peer) {
     std::fprintf(stderr, "rdmx: connected to %016llx (its index for us %u) after %u tries\n",
                  static_cast<unsigned long long>(peer.uid), peer.remote_index, peer.conn_tries);
   }
-  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+  // A grant may have come due while data raced ahead of the peer's REPLY (flush_peer skips
+  // peers that are not connected yet).
+  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.rc_grant_due) {
     list_for_flush(peer);
   }
 }
