@@ -1,7 +1,8 @@
 /*
  * osu_latency (np 2) and osu_multi_lat (any even np), OSU conventions: the lower half of the
  * ranks ping-pongs with the upper half (rank i with i + np/2), blocking MPI_Send / MPI_Recv;
- * latency = half the round trip, averaged over iterations and, for multi_lat, over the pairs.
+ * latency = half the round trip, averaged over iterations and, for multi_lat, over the pairs
+ * (osu_pingpong).
  * Built twice: OSU_MULTI=0 -> osu_latency, OSU_MULTI=1 -> osu_multi_lat.
  */
 #include <stdio.h>
@@ -11,21 +12,6 @@
 #ifndef OSU_MULTI
 #define OSU_MULTI 0
 #endif
-
-static void pingpong(const osu_opts_t* o, char* sbuf, char* rbuf, size_t size, int n) {
-  int i;
-  for (i = 0; i < n; ++i) {
-    if (o->rank < o->pairs) {
-      OSU_CHECK(MPI_Send(sbuf, (int)size, MPI_CHAR, o->partner, 1, MPI_COMM_WORLD));
-      OSU_CHECK(
-          MPI_Recv(rbuf, (int)size, MPI_CHAR, o->partner, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-    } else {
-      OSU_CHECK(
-          MPI_Recv(rbuf, (int)size, MPI_CHAR, o->partner, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-      OSU_CHECK(MPI_Send(sbuf, (int)size, MPI_CHAR, o->partner, 1, MPI_COMM_WORLD));
-    }
-  }
-}
 
 int main(int argc, char** argv) {
   osu_opts_t o;
@@ -45,20 +31,21 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
   for (size = o.min_size; size <= o.max_size; size = osu_next_size(size)) {
-    int iters, skip;
+    int iters, skip, done;
     double t0, warm, mine = 0.0, sum = 0.0;
     if (!osu_begin_size(&o, size, sbuf, rbuf, 1, 1, &iters, &skip)) {
       continue;
     }
     t0 = MPI_Wtime();
-    pingpong(&o, sbuf, rbuf, size, skip);
+    osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf, size, skip, skip, 0.0);
     warm = MPI_Wtime() - t0;
     osu_budget(&o, warm, skip, &iters);
     OSU_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     t0 = MPI_Wtime();
-    pingpong(&o, sbuf, rbuf, size, iters);
+    done = osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf, size, iters,
+                        o.min_iters, osu_deadline(&o));
     if (o.rank < o.pairs) {
-      mine = (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+      mine = (MPI_Wtime() - t0) * 1e6 / (2.0 * done);
     }
     OSU_CHECK(MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
     if (o.rank == 0) {

@@ -18,29 +18,22 @@ typedef struct {
   char* rbuf;
   size_t size;
   int n;
-  double seconds; /* out: this thread's time for n round trips */
+  int min_n;
+  double deadline; /* osu_pingpong's: 0 or the end of the size's budget */
+  double seconds;  /* out: this thread's time per round trip */
 } job_t;
 
 static void* run(void* arg) {
   job_t* j = arg;
-  const int peer = j->o->partner;
-  double t0 = MPI_Wtime();
-  int i;
-  for (i = 0; i < j->n; ++i) {
-    if (j->o->rank == 0) {
-      OSU_CHECK(MPI_Send(j->sbuf, (int)j->size, MPI_CHAR, peer, 1, j->comm));
-      OSU_CHECK(MPI_Recv(j->rbuf, (int)j->size, MPI_CHAR, peer, 1, j->comm, MPI_STATUS_IGNORE));
-    } else {
-      OSU_CHECK(MPI_Recv(j->rbuf, (int)j->size, MPI_CHAR, peer, 1, j->comm, MPI_STATUS_IGNORE));
-      OSU_CHECK(MPI_Send(j->sbuf, (int)j->size, MPI_CHAR, peer, 1, j->comm));
-    }
-  }
-  j->seconds = MPI_Wtime() - t0;
+  const double t0 = MPI_Wtime();
+  const int done = osu_pingpong(j->comm, j->o->rank == 0, j->o->partner, j->sbuf, j->rbuf, j->size,
+                                j->n, j->min_n, j->deadline);
+  j->seconds = done > 0 ? (MPI_Wtime() - t0) / done : 0.0;
   return NULL;
 }
 
-/* Runs every thread for n round trips of size bytes; returns the mean seconds per thread. */
-static double round_trips(job_t* jobs, int threads, size_t size, int n) {
+/* Runs every thread for n round trips of size bytes; returns the mean seconds per round trip. */
+static double round_trips(job_t* jobs, int threads, size_t size, int n, double deadline) {
   pthread_t* th = calloc((size_t)threads, sizeof(*th));
   double sum = 0.0;
   int k;
@@ -50,6 +43,8 @@ static double round_trips(job_t* jobs, int threads, size_t size, int n) {
   for (k = 0; k < threads; ++k) {
     jobs[k].size = size;
     jobs[k].n = n;
+    jobs[k].min_n = jobs[k].o->min_iters;
+    jobs[k].deadline = deadline;
     if (pthread_create(&th[k], NULL, run, &jobs[k]) != 0) {
       osu_die("pthread_create", MPI_ERR_OTHER, __FILE__, __LINE__);
     }
@@ -103,12 +98,12 @@ int main(int argc, char** argv) {
     if (!osu_begin_size(&o, size, jobs[0].sbuf, jobs[0].rbuf, 1, 1, &iters, &skip)) {
       continue;
     }
-    warm = round_trips(jobs, o.threads, size, skip);
+    warm = round_trips(jobs, o.threads, size, skip, 0.0) * skip;
     osu_budget(&o, warm, skip, &iters);
     OSU_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    t = round_trips(jobs, o.threads, size, iters);
+    t = round_trips(jobs, o.threads, size, iters, osu_deadline(&o));
     if (o.rank == 0) {
-      osu_row(size, t * 1e6 / (2.0 * iters));
+      osu_row(size, t * 1e6 / 2.0);
     }
   }
   osu_disarm();
