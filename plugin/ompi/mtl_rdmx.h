@@ -43,6 +43,7 @@ typedef struct mca_mtl_rdmx_request {
   void* buffer;    /* packed (send) or staging (receive) copy for a non-contiguous datatype */
   size_t capacity; /* receive: bytes the buffer takes */
   struct mca_mtl_rdmx_request* next_done; /* module's list of completions to deliver */
+  struct ompi_proc_t* peer; /* send: the destination, named when rdmx finds it unreachable */
   mca_mtl_rdmx_req_kind_t kind;
   bool free_buffer;   /* buffer is ours (malloc'd by the datatype helpers) */
   volatile bool done; /* blocking send: completion delivered */
@@ -54,6 +55,7 @@ typedef struct mca_mtl_rdmx_endpoint {
   void* address; /* the peer worker's address blob, from the modex */
   size_t address_length;
   struct ompi_proc_t* proc;
+  bool unreachable; /* rdmx failed a request to it with RDMX_ERR_UNREACHABLE (said once) */
   struct mca_mtl_rdmx_endpoint* prev; /* module's list, so finalize frees what del_procs did not */
   struct mca_mtl_rdmx_endpoint* next;
 } mca_mtl_rdmx_endpoint_t;
@@ -89,6 +91,7 @@ typedef struct mca_mtl_rdmx_params {
   size_t eager_limit;
   size_t rndv_thresh;
   unsigned int peer_timeout_ms;
+  int print_stats; /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
 } mca_mtl_rdmx_params_t;
 
 OMPI_DECLSPEC extern mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component;
@@ -118,6 +121,9 @@ rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc);
 void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data);
 /* An rdmx error code from a post call as an OMPI error code. */
 int ompi_mtl_rdmx_error(int rdmx_code);
+/* rdmx failed a request to proc with RDMX_ERR_UNREACHABLE: says so once per peer (the error
+ * also reaches the request's status as MPI_ERR_OTHER). */
+void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc);
 
 /* send */
 int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,

@@ -7,6 +7,7 @@
  * completion_callback). pml cm may then recycle the request, even repost it from a completion
  * hook, without rdmx still holding its storage, and no rdmx call is ever made from inside rdmx.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +50,7 @@ int ompi_mtl_rdmx_error(int rdmx_code) {
     case RDMX_ERR_NO_RESOURCE:
       return OMPI_ERR_OUT_OF_RESOURCE;
     case RDMX_ERR_UNREACHABLE:
-      return OMPI_ERR_UNREACH;
+      return MPI_ERR_OTHER; /* a dead or departed peer; Open MPI 4.1 has no MPI_ERR_PROC_FAILED */
     case RDMX_ERR_UNSUPPORTED:
       return OMPI_ERR_NOT_SUPPORTED;
     case RDMX_ERR_INVALID_PARAM:
@@ -139,6 +140,21 @@ int ompi_mtl_rdmx_del_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
   return OMPI_SUCCESS;
 }
 
+void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
+  mca_mtl_rdmx_endpoint_t* e =
+      NULL != proc ? proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] : NULL;
+  if (NULL == e || e->unreachable) {
+    return;
+  }
+  e->unreachable = true;
+  opal_output(0,
+              "mtl rdmx: process %s (MPI_COMM_WORLD rank %u) on %s is unreachable (it died, hung "
+              "or left; rdmx declares a peer dead after mtl_rdmx_peer_timeout_ms): requests to "
+              "it fail with MPI_ERR_OTHER.",
+              OPAL_NAME_PRINT(proc->super.proc_name), (unsigned)proc->super.proc_name.vpid,
+              NULL != proc->super.proc_hostname ? proc->super.proc_hostname : "?");
+}
+
 /* Called with the module lock held. */
 rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc) {
   mca_mtl_rdmx_endpoint_t* e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
@@ -213,6 +229,8 @@ static int mpi_error_of(const rdmx_status_t* s) {
       return MPI_SUCCESS;
     case RDMX_ERR_TRUNCATED:
       return MPI_ERR_TRUNCATE;
+    case RDMX_ERR_UNREACHABLE:
+      return MPI_ERR_OTHER; /* said once per peer by ompi_mtl_rdmx_peer_unreachable */
     default:
       opal_output_verbose(1, ompi_mtl_rdmx_output, "mtl rdmx: request failed: %s",
                           rdmx_strerror(s->error));
@@ -259,6 +277,9 @@ static void complete(mca_mtl_rdmx_request_t* r) {
         r->buffer = NULL;
         r->free_buffer = false;
       }
+      if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == r->status.error)) {
+        ompi_mtl_rdmx_peer_unreachable(r->peer);
+      }
       r->super.ompi_req->req_status.MPI_ERROR = mpi_error_of(&r->status);
       r->super.completion_callback(&r->super);
       break;
@@ -296,11 +317,33 @@ int ompi_mtl_rdmx_progress(void) {
 
 /* ---- finalize ------------------------------------------------------------------------------ */
 
+/* Opt-in (mtl_rdmx_print_stats or RDMX_STATS=1): the worker's counters while its endpoints are
+ * alive, one parseable "key N" line per process for scale figures. */
+static void print_stats(void) {
+  const char* env = getenv("RDMX_STATS");
+  rdmx_stats_t st;
+  if (!ompi_mtl_rdmx_params.print_stats && (NULL == env || 0 != strcmp(env, "1"))) {
+    return;
+  }
+  if (NULL == ompi_mtl_rdmx.worker || RDMX_OK != rdmx_worker_stats(ompi_mtl_rdmx.worker, &st)) {
+    return;
+  }
+  fprintf(stderr,
+          "mtl rdmx stats: rank %u transport %s recv_mem_bytes %llu num_qps %llu srq_posted %llu "
+          "unexpected %llu ud_retransmits %llu\n",
+          (unsigned)OPAL_PROC_MY_NAME.vpid, RDMX_TRANSPORT_UD == st.transport ? "ud" : "rc",
+          (unsigned long long)st.recv_mem_bytes, (unsigned long long)st.num_qps,
+          (unsigned long long)st.srq_posted, (unsigned long long)st.unexpected,
+          (unsigned long long)st.ud_retransmits);
+  fflush(stderr);
+}
+
 int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
   mca_mtl_rdmx_request_t* r;
   (void)mtl;
   opal_progress_unregister(ompi_mtl_rdmx_progress);
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  print_stats();
   while (NULL != ompi_mtl_rdmx.endpoints) {
     endpoint_free(ompi_mtl_rdmx.endpoints);
   }
