@@ -445,6 +445,7 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
     return NULL;
   }
 
+  ompi_mtl_rdmx.posted_recvs = NULL;
   ompi_mtl_rdmx.done_head = NULL;
   ompi_mtl_rdmx.done_tail = NULL;
   ompi_mtl_rdmx.endpoints = NULL;

@@ -140,6 +140,46 @@ int ompi_mtl_rdmx_del_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
   return OMPI_SUCCESS;
 }
 
+void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r) {
+  r->posted_prev = NULL;
+  r->posted_next = ompi_mtl_rdmx.posted_recvs;
+  if (NULL != r->posted_next) {
+    r->posted_next->posted_prev = r;
+  }
+  ompi_mtl_rdmx.posted_recvs = r;
+  r->posted = true;
+}
+
+void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r) {
+  if (!r->posted) {
+    return;
+  }
+  if (NULL != r->posted_prev) {
+    r->posted_prev->posted_next = r->posted_next;
+  } else {
+    ompi_mtl_rdmx.posted_recvs = r->posted_next;
+  }
+  if (NULL != r->posted_next) {
+    r->posted_next->posted_prev = r->posted_prev;
+  }
+  r->posted_prev = r->posted_next = NULL;
+  r->posted = false;
+}
+
+/* The peer is gone: its posted receives would wait forever. Cancel them in rdmx and complete
+ * them as errors (peer_failed), unless rdmx matched them already. Lock held. */
+static void fail_posted_recvs(uint64_t uid) {
+  mca_mtl_rdmx_request_t* r = ompi_mtl_rdmx.posted_recvs;
+  while (NULL != r) {
+    mca_mtl_rdmx_request_t* next = r->posted_next; /* cancel may run r's callback */
+    if (r->source_uid == uid) {
+      r->peer_failed = true;
+      (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &r->rdmx); /* BUSY: matched, completes */
+    }
+    r = next;
+  }
+}
+
 void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
   mca_mtl_rdmx_endpoint_t* e =
       NULL != proc ? proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] : NULL;
@@ -147,10 +187,15 @@ void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
     return;
   }
   e->unreachable = true;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  if (NULL != ompi_mtl_rdmx.worker) {
+    fail_posted_recvs(mtl_rdmx_uid_of(&proc->super.proc_name));
+  }
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   opal_output(0,
               "mtl rdmx: process %s (MPI_COMM_WORLD rank %u) on %s is unreachable (it died, hung "
-              "or left; rdmx declares a peer dead after mtl_rdmx_peer_timeout_ms): requests to "
-              "it fail with MPI_ERR_OTHER.",
+              "or left; rdmx declares a peer dead after mtl_rdmx_peer_timeout_ms): sends to it "
+              "and receives from it fail with MPI_ERR_OTHER.",
               OPAL_NAME_PRINT(proc->super.proc_name), (unsigned)proc->super.proc_name.vpid,
               NULL != proc->super.proc_hostname ? proc->super.proc_hostname : "?");
 }
@@ -214,6 +259,7 @@ void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status
   mca_mtl_rdmx_request_t* r = user_data;
   (void)request;
   r->status = *status;
+  ompi_mtl_rdmx_posted_unlink(r);
   r->next_done = NULL;
   if (NULL != ompi_mtl_rdmx.done_tail) {
     ompi_mtl_rdmx.done_tail->next_done = r;
@@ -221,6 +267,11 @@ void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status
     ompi_mtl_rdmx.done_head = r;
   }
   ompi_mtl_rdmx.done_tail = r;
+}
+
+void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error) {
+  rdmx_status_t s = {.error = error, .tag = 0, .source = r->source_uid, .length = 0};
+  ompi_mtl_rdmx_callback(&r->rdmx, &s, r);
 }
 
 static int mpi_error_of(const rdmx_status_t* s) {
@@ -241,7 +292,15 @@ static int mpi_error_of(const rdmx_status_t* s) {
 static void complete_recv(mca_mtl_rdmx_request_t* r) {
   ompi_status_public_t* st = &r->super.ompi_req->req_status;
   const rdmx_status_t* s = &r->status;
-  if (RDMX_ERR_CANCELED == s->error) {
+  if (OPAL_UNLIKELY((r->peer_failed && RDMX_ERR_CANCELED == s->error) ||
+                    RDMX_ERR_UNREACHABLE == s->error)) {
+    /* Its source is unreachable: an error, with nothing received. */
+    st->_ucount = 0;
+    st->MPI_ERROR = MPI_ERR_OTHER;
+    if (r->free_buffer) {
+      free(r->buffer);
+    }
+  } else if (RDMX_ERR_CANCELED == s->error) {
     st->_cancelled = true;
     if (r->free_buffer) {
       free(r->buffer);
@@ -263,6 +322,7 @@ static void complete_recv(mca_mtl_rdmx_request_t* r) {
   }
   r->buffer = NULL;
   r->free_buffer = false;
+  r->peer_failed = false;
   r->super.completion_callback(&r->super);
 }
 
@@ -360,6 +420,7 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
     }
   }
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
+  ompi_mtl_rdmx.posted_recvs = NULL;
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   return OMPI_SUCCESS;
 }

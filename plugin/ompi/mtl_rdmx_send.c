@@ -33,6 +33,7 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
   req->free_buffer = free_after;
   req->convertor = convertor;
   req->peer = proc;
+  req->posted = false; /* pml cm recycles requests: never in the receive list as a send */
 
   for (;;) {
     OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);

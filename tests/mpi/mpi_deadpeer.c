@@ -1,8 +1,9 @@
 /*
  * A peer that dies: the survivor's pending requests to it must fail within a bounded time
  * instead of hanging. Rank 1 kills itself (SIGKILL: no MPI_Finalize, no goodbye) once connected;
- * rank 0 then posts eager sends, a synchronous send and a blocking send to it and checks that
- * every one completes with an error (MPI_ERRORS_RETURN) before RDMX_DEADPEER_BOUND seconds
+ * rank 0 then posts a receive from it, eager sends and a synchronous send to it and checks
+ * that the Issend and the Irecv complete with an error (MPI_ERRORS_RETURN) and nothing is still
+ * pending after RDMX_DEADPEER_BOUND seconds
  * (default 90; the transport's peer timeout is set lower by the test). Run with mpirun options
  * that let the job go on after a rank dies (tests/mpi/CMakeLists.txt). Rank 0 prints
  * "PASS mpi_deadpeer ..." and leaves with _exit(0): MPI_Finalize would wait for the dead rank.
@@ -29,10 +30,11 @@ static const char* err_text(int rc, char* buf) {
 }
 
 int main(int argc, char** argv) {
-  static char payload[NSENDS][1024];
-  MPI_Request req[NSENDS + 1];
-  int done[NSENDS + 1];
-  int errors[NSENDS + 1];
+  static char payload[NSENDS][256]; /* eager on rc and on ud (one packet) */
+  MPI_Request req[NSENDS + 2]; /* sends, Issend, Irecv */
+  int done[NSENDS + 2];
+  int errors[NSENDS + 2];
+  int inbox = 0;
   int rank, size, i, ping = 0, left, failed = 0;
   double t0, bound;
   char text[MPI_MAX_ERROR_STRING];
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
   sleep(1); /* rank 1 is gone by now */
 
   t0 = MPI_Wtime();
+  errors[NSENDS + 1] = MPI_Irecv(&inbox, 1, MPI_INT, 1, 5, MPI_COMM_WORLD, &req[NSENDS + 1]);
+  done[NSENDS + 1] = errors[NSENDS + 1] != MPI_SUCCESS;
   for (i = 0; i < NSENDS; ++i) {
     memset(payload[i], i, sizeof(payload[i]));
     errors[i] =
@@ -71,7 +75,7 @@ int main(int argc, char** argv) {
   done[NSENDS] = errors[NSENDS] != MPI_SUCCESS;
   do {
     left = 0;
-    for (i = 0; i <= NSENDS; ++i) {
+    for (i = 0; i <= NSENDS + 1; ++i) {
       int flag = 0;
       MPI_Status st;
       if (done[i]) {
@@ -87,26 +91,32 @@ int main(int argc, char** argv) {
     if (left > 0 && MPI_Wtime() - t0 > bound) {
       fprintf(stderr,
               "mpi_deadpeer: %d of %d requests to the dead rank still pending after %.0f s\n", left,
-              NSENDS + 1, bound);
+              NSENDS + 2, bound);
       fail("pending requests to a dead peer hang");
     }
   } while (left > 0);
-  for (i = 0; i <= NSENDS; ++i) {
+  for (i = 0; i <= NSENDS + 1; ++i) {
     failed += errors[i] != MPI_SUCCESS;
   }
-  printf("mpi_deadpeer: %d of %d requests to the dead rank failed after %.1f s (Issend: %s)\n",
-         failed, NSENDS + 1, MPI_Wtime() - t0,
+  printf("mpi_deadpeer: %d of %d requests with the dead rank failed after %.1f s (Issend: %s)\n",
+         failed, NSENDS + 2, MPI_Wtime() - t0,
          errors[NSENDS] != MPI_SUCCESS ? err_text(errors[NSENDS], text) : "succeeded");
   if (errors[NSENDS] == MPI_SUCCESS) {
     fail("an Issend to a dead rank reported success (nobody matched it)");
+  }
+  if (errors[NSENDS + 1] == MPI_SUCCESS) {
+    fail("an Irecv from a dead rank reported success (it never sent)");
   }
   /* Once the peer is known dead, a new send fails at once. */
   t0 = MPI_Wtime();
   if (MPI_SUCCESS == MPI_Send(&ping, 1, MPI_INT, 1, 4, MPI_COMM_WORLD)) {
     fail("MPI_Send to a rank known dead reported success");
   }
+  if (MPI_SUCCESS == MPI_Recv(&inbox, 1, MPI_INT, 1, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE)) {
+    fail("MPI_Recv from a rank known dead reported success");
+  }
   if (MPI_Wtime() - t0 > 5.0) {
-    fail("MPI_Send to a rank known dead took more than 5 s to fail");
+    fail("MPI_Send / MPI_Recv with a rank known dead took more than 5 s to fail");
   }
   printf("PASS mpi_deadpeer (np 2)\n");
   fflush(stdout);
