@@ -1,0 +1,54 @@
+#!/bin/sh
+# Smoke test of bench/osu: every program over one MPI stack with small sizes. Checks the exit
+# status, the OSU header and that every size got a row: a figure > 0 up to MUST bytes (what the
+# stack surely carries), a figure or `fail` above (a stack may refuse a size: the pre-flight).
+#   osu_smoke.sh OSU_DIR MUST all|latency MPIRUN_ARGS...
+# (latency: osu_latency only, e.g. to see a second transport's refusals become `fail` rows)
+set -u
+dir=$1 must=$2 which=$3
+shift 3
+status=0
+run() { # np prog sizes extra-args...
+  np=$1 prog=$2 sizes=$3
+  shift 3
+  lo=${sizes%%:*} hi=${sizes##*:}
+  out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$@" \
+        "$dir/$prog" -m "$sizes" -i 50 -x 5 -I 5 -X 1 -T 60 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | sed "s/^/  $prog | /"
+  verdict=$(printf '%s\n' "$out" | awk -v lo="$lo" -v hi="$hi" -v must="$must" '
+    /^# Size/ { hdr = 1 }
+    /^[0-9]/ { v[$1] = $2 }
+    END {
+      if (!hdr) { print "no `# Size` header"; exit }
+      for (s = lo; s <= hi; s *= 2) {
+        if (!(s in v)) { print "no row for size " s; exit }
+        if (v[s] == "fail" && s > must) continue
+        if (v[s] !~ /^[0-9.]+$/ || v[s] + 0 <= 0) { print "size " s ": " v[s]; exit }
+      }
+      print "ok"
+    }')
+  if [ "$rc" -ne 0 ] || [ "$verdict" != ok ]; then
+    echo "FAIL $prog (np $np): exit $rc, $verdict"
+    status=1
+  else
+    echo "ok $prog (np $np)"
+  fi
+}
+run 2 osu_latency 8:2048 "$@"
+[ "$which" = latency ] && exit $status
+run 2 osu_bw 8:2048 "$@"
+run 2 osu_bibw 8:512 "$@"
+run 2 osu_latency_mt 8:64 "$@"
+run 4 osu_mbw_mr 8:512 "$@"
+run 4 osu_multi_lat 8:64 "$@"
+out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 3 "$@" \
+      "$dir/mpi_footprint" 2>&1)
+printf '%s\n' "$out" | sed 's/^/  mpi_footprint | /'
+if printf '%s\n' "$out" | grep -q '^# summary np 3 qps_max'; then
+  echo "ok mpi_footprint (np 3)"
+else
+  echo "FAIL mpi_footprint: no summary line"
+  status=1
+fi
+exit $status
