@@ -17,7 +17,9 @@
 namespace rdmx::test {
 namespace {
 
-constexpr std::uint32_t kPeerTimeoutMs = 2000;
+// 5 s, not less: under a loaded TCG guest a peer process can stall for ~2 s, and the same timeout
+// bounds connecting.
+constexpr std::uint32_t kPeerTimeoutMs = 5000;
 
 std::string transport_name(const ::testing::TestParamInfo<rdmx_transport_t>& param) {
   return param.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud";
