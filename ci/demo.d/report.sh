@@ -92,7 +92,8 @@ set xlabel "message size (bytes)"
 set ylabel "$2"
 set logscale x 2
 set logscale y 10
-set format x "%.0b %BB"
+set xtics ("1" 1, "8" 8, "64" 64, "512" 512, "4K" 4096, "32K" 32768, "256K" 262144, "2M" 2097152)
+set offsets graph 0.03, graph 0.03, 0, 0
 set grid
 set key top left
 set datafile missing "?"

@@ -1,9 +1,11 @@
 #!/bin/sh
-# Smoke test of bench/osu: every program over one MPI stack with small sizes. Checks the exit
-# status, the OSU header and that every size got a row: a figure > 0 up to MUST bytes (what the
-# stack surely carries), a figure or `fail` above (a stack may refuse a size: the pre-flight).
-#   osu_smoke.sh OSU_DIR MUST all|latency MPIRUN_ARGS...
-# (latency: osu_latency only, e.g. to see a second transport's refusals become `fail` rows)
+# Smoke test of bench/osu over one MPI stack: plumbing, not speed (few sizes, few iterations).
+# Checks the exit status, the OSU header and that every size got a row: a figure > 0 up to MUST
+# bytes (what the stack surely carries), a figure or `fail` above (the pre-flight's refusals).
+#   osu_smoke.sh OSU_DIR MUST all|core|edge MPIRUN_ARGS...
+# all:  every program (on the host, where a launch is cheap)
+# core: osu_latency, osu_bw, osu_latency_mt, osu_mbw_mr (np 4: the pair code of multi_lat too)
+# edge: osu_latency from 512 B to 2 KiB (a transport's refusals must become `fail` rows)
 set -u
 dir=$1 must=$2 which=$3
 shift 3
@@ -13,7 +15,7 @@ run() { # np prog sizes extra-args...
   shift 3
   lo=${sizes%%:*} hi=${sizes##*:}
   out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$@" \
-        "$dir/$prog" -m "$sizes" -i 50 -x 5 -I 5 -X 1 -T 60 2>&1)
+        "$dir/$prog" -m "$sizes" -i 20 -x 2 -I 5 -X 1 -T 60 2>&1)
   rc=$?
   printf '%s\n' "$out" | sed "s/^/  $prog | /"
   verdict=$(printf '%s\n' "$out" | awk -v lo="$lo" -v hi="$hi" -v must="$must" '
@@ -35,8 +37,18 @@ run() { # np prog sizes extra-args...
     echo "ok $prog (np $np)"
   fi
 }
+case $which in
+  edge)
+    run 2 osu_latency 512:2048 "$@"
+    exit $status ;;
+  core)
+    run 2 osu_latency 8:64 "$@"
+    run 2 osu_bw 8:64 "$@"
+    run 2 osu_latency_mt 8:8 "$@"
+    run 4 osu_mbw_mr 8:8 "$@"
+    exit $status ;;
+esac
 run 2 osu_latency 8:2048 "$@"
-[ "$which" = latency ] && exit $status
 run 2 osu_bw 8:2048 "$@"
 run 2 osu_bibw 8:512 "$@"
 run 2 osu_latency_mt 8:64 "$@"
