@@ -441,11 +441,14 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
         kicked |= post_rc_flush(*p, c);
       }
     }
-    // Out of credits with nothing in flight: only the peer's grant can move us, and a dead
-    // peer sends none. A signalled zero-length write probes it: a live peer completes it even
-    // while its application is busy, a dead one never does (or fails it).
-    if (!busy && !kicked && p->pending_head != nullptr && p->rc_sq[0].outstanding() == 0 &&
-        !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit)) {
+    // Waiting on the peer with nothing in flight (out of credits, or sync sends waiting for
+    // their match-acks): only a message from the peer can move us, and a dead peer sends none.
+    // A signalled zero-length write probes it: a live peer completes it even while its
+    // application is busy (an unmatched sync send may wait for hours), a dead one never does
+    // (or fails it).
+    const bool starved =
+        p->pending_head != nullptr && !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit);
+    if (!busy && !kicked && (starved || p->sync_waiting != 0) && p->rc_sq[0].outstanding() == 0) {
       busy = post_rc_flush(*p, 0);
     }
     if (!busy || kicked || p->rc_completions != p->rc_watch_completions) {
