@@ -263,25 +263,9 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   std::byte* data = pool.buffer(bcls, buf);
   protocol::store_wire(data, h);
   std::memcpy(data + protocol::kHeaderSize, payload, length);
-  const std::size_t total = protocol::kHeaderSize + length;
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
-              .length = static_cast<std::uint32_t>(total),
-              .lkey = pool.lkey()};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
-  wr.wr.ud.ah = peer.ah->get();
-  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
-  wr.wr.ud.remote_qkey = kQkey;
-  const int rc = sq.post(
-      pool, wr,
-      eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
-                             .buf_class = bcls,
-                             .buf = buf,
-                             .want_signal = pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4,
-                             .peer = &peer});
+  // Signalled when bounce buffers run low, so completions retire the unsignalled WRs before it.
+  const int rc = post_ud_buffer(peer, cls, bcls, buf, protocol::kHeaderSize + length,
+                                pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4);
   if (rc != 0) [[unlikely]] {
     pool.release_unused(bcls, buf);
     if (rc == EAGAIN) {
@@ -297,6 +281,28 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   return PostResult::kPosted;
 }
 
+int Worker::post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf,
+                           std::size_t total, bool want_signal) {
+  eager::SendPool& pool = *threads_[0].send;
+  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(pool.buffer(bcls, buf)),
+              .length = static_cast<std::uint32_t>(total),
+              .lkey = pool.lkey()};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
+  wr.wr.ud.remote_qkey = kQkey;
+  return ud_sq_[cls].post(pool, wr,
+                          eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
+                                                 .buf_class = bcls,
+                                                 .buf = buf,
+                                                 .want_signal = want_signal,
+                                                 .peer = &peer});
+}
+
 bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
   eager::SendPool& pool = *threads_[0].send;
   const std::uint8_t bcls = ud_slot_buf_class(slot);
@@ -310,25 +316,8 @@ bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
   auto h = protocol::load_wire<protocol::MsgHeader>(data);
   h.ack = peer.rx->cumulative_ack();
   protocol::store_wire(data, h);
-  const std::size_t total = protocol::kHeaderSize + h.payload_length;
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
-              .length = static_cast<std::uint32_t>(total),
-              .lkey = pool.lkey()};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
-  wr.wr.ud.ah = peer.ah->get();
-  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
-  wr.wr.ud.remote_qkey = kQkey;
-  const int rc = sq.post(pool, wr,
-                         eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
-                                                .buf_class = bcls,
-                                                .buf = buf,
-                                                .want_signal = false,
-                                                .peer = &peer});
-  if (rc != 0) {
+  if (post_ud_buffer(peer, cls, bcls, buf, protocol::kHeaderSize + h.payload_length,
+                     /*want_signal=*/false) != 0) {
     return false;
   }
   ++stat_ud_retransmits_;
