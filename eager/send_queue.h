@@ -46,6 +46,7 @@ class SendQueue {
     bool sequenced = false;
     std::uint16_t seq = 0;
     void* peer = nullptr;
+    std::uint64_t cookie = 0;  // SendDesc::cookie
   };
 
   // Posts one WR (wr.next must be null). Takes a descriptor and a credit, sets wr_id and the
@@ -80,6 +81,7 @@ class SendQueue {
     desc.sequenced = p.sequenced;
     desc.seq = p.seq;
     desc.peer = p.peer;
+    desc.cookie = p.cookie;
     desc.next = kNil;
     if (tail_ == kNil) {
       head_ = d;

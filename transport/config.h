@@ -17,13 +17,19 @@ namespace rdmx::transport {
 // Defaults (see README "Defaults" for the reasoning).
 inline constexpr std::uint32_t kDefaultAutoUdPeers = 64;     // MVAPICH2-like: UD from 64 peers
 inline constexpr std::uint32_t kDefaultSmallBuf = 1024;      // payload bytes, small class
-inline constexpr std::uint32_t kDefaultLargeBuf = 8192;      // payload bytes, large class (RC)
+// Large class and rendezvous threshold: 12 KiB, the eager/rendezvous latency crossover measured
+// on rxe (tests/rndv/rndv_sweep, rendezvous/README.md): eager is faster below it, rendezvous from
+// it on. The large buffers are as big as the threshold so that eager carries everything below.
+inline constexpr std::uint32_t kDefaultLargeBuf = 12288;     // payload bytes, large class (RC)
 inline constexpr std::uint32_t kDefaultSrqDepth = 512;       // receive buffers per SRQ
 inline constexpr std::uint32_t kDefaultSrqLowWatermark = 0;  // 0 = derived: depth / 4
 inline constexpr std::size_t kDefaultEagerLimit = kDefaultLargeBuf;
-inline constexpr std::size_t kDefaultRndvThresh = kDefaultLargeBuf + 1;
+inline constexpr std::size_t kDefaultRndvThresh = 12288;
+static_assert(kDefaultRndvThresh <= kDefaultEagerLimit + 1, "eager must reach the threshold");
 inline constexpr std::uint32_t kDefaultUdRtoUs = 2000;
 inline constexpr std::uint32_t kDefaultPeerTimeoutMs = 30000;  // UCX's peer timeout
+// UD mode: RC connections kept for rendezvous writes (MVAPICH2's hybrid mode keeps 64).
+inline constexpr std::uint32_t kDefaultMaxRcPeers = 64;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -56,6 +62,8 @@ struct Resolved {
   std::uint32_t low_watermark = 0;
   std::uint32_t refill_batch = 0;
   std::size_t eager_limit = 0;
+  std::size_t rndv_thresh = 0;  // messages of this size and up use rendezvous (<= eager_limit + 1)
+  std::uint32_t max_rc_peers = 0;
   bool ud = false;
 };
 
