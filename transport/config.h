@@ -17,15 +17,14 @@ namespace rdmx::transport {
 // Defaults (see README "Defaults" for the reasoning).
 inline constexpr std::uint32_t kDefaultAutoUdPeers = 64;     // MVAPICH2-like: UD from 64 peers
 inline constexpr std::uint32_t kDefaultSmallBuf = 1024;      // payload bytes, small class
-// Large class and rendezvous threshold: 12 KiB, the eager/rendezvous latency crossover measured
-// on rxe (tests/rndv/rndv_sweep, rendezvous/README.md): eager is faster below it, rendezvous from
-// it on. The large buffers are as big as the threshold so that eager carries everything below.
-inline constexpr std::uint32_t kDefaultLargeBuf = 12288;     // payload bytes, large class (RC)
+inline constexpr std::uint32_t kDefaultLargeBuf = 8192;      // payload bytes, large class (RC)
 inline constexpr std::uint32_t kDefaultSrqDepth = 512;       // receive buffers per SRQ
 inline constexpr std::uint32_t kDefaultSrqLowWatermark = 0;  // 0 = derived: depth / 4
 inline constexpr std::size_t kDefaultEagerLimit = kDefaultLargeBuf;
-inline constexpr std::size_t kDefaultRndvThresh = 12288;
-static_assert(kDefaultRndvThresh <= kDefaultEagerLimit + 1, "eager must reach the threshold");
+// Rendezvous takes every message eager cannot carry (RC: above 8 KiB; resolve() clamps the
+// threshold to the eager limit + 1, so UD's default is one packet + 1). Not yet the measured
+// eager/rendezvous crossover: tests/rndv/rndv_sweep measures it on an idle machine.
+inline constexpr std::size_t kDefaultRndvThresh = kDefaultEagerLimit + 1;
 inline constexpr std::uint32_t kDefaultUdRtoUs = 2000;
 inline constexpr std::uint32_t kDefaultPeerTimeoutMs = 30000;  // UCX's peer timeout
 // UD mode: RC connections kept for rendezvous writes (MVAPICH2's hybrid mode keeps 64).

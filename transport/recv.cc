@@ -300,6 +300,20 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   }
 }
 
+// A completion polled while a QP drains (teardown, retired write QPs): the drain markers are
+// the drain's own; everything else goes its normal way.
+void Worker::on_drain_completion(const ibv_wc& wc) {
+  if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
+    return;
+  }
+  const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
+  if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
+    on_recv_completion(wc);
+  } else {
+    on_send_completion(wc);
+  }
+}
+
 void Worker::on_recv_completion(const ibv_wc& wc) {
   if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
     return;
@@ -435,22 +449,14 @@ void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h, co
   };
   switch (kind) {
     case protocol::MsgKind::kEager:
-    case protocol::MsgKind::kEagerSync: {
-      if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, h.tag)) {
-        finish_recv(owner_of(pr), peer, h.tag, kind, h.aux, payload, h.payload_length);
-        release();
-        return;
-      }
-      MsgDesc* d = held != nullptr ? held : keep_message(peer, h, payload, pool, buf);
-      d->source = peer.index;
-      d->tag = h.tag;
-      matcher_.add_unexpected(*d);
-      ++stat_unexpected_;
-      return;
-    }
+    case protocol::MsgKind::kEagerSync:
     case protocol::MsgKind::kRts: {
       if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, h.tag)) {
-        start_rndv_recv(owner_of(pr), peer, h.tag, protocol::load_wire<protocol::RtsBody>(body));
+        if (kind == protocol::MsgKind::kRts) {
+          start_rndv_recv(owner_of(pr), peer, h.tag, protocol::load_wire<protocol::RtsBody>(body));
+        } else {
+          finish_recv(owner_of(pr), peer, h.tag, kind, h.aux, payload, h.payload_length);
+        }
         release();
         return;
       }

@@ -506,17 +506,7 @@ void Worker::destroy_retired_qps() {
   // The teardown sequence of verbs/qp.h with short waits: these QPs are idle (nothing posted
   // on them is outstanding), and rxe never raises LAST_WQE_REACHED. Completions of other QPs
   // seen while draining go their normal way.
-  const auto on_wc = [this](const ibv_wc& wc) {
-    if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
-      return;
-    }
-    const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
-    if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
-      on_recv_completion(wc);
-    } else {
-      on_send_completion(wc);
-    }
-  };
+  const auto on_wc = [this](const ibv_wc& wc) { on_drain_completion(wc); };
   while (!wr_retired_.empty()) {
     std::vector<std::unique_ptr<verbs::QueuePair>> batch;
     batch.swap(wr_retired_);

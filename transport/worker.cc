@@ -439,17 +439,7 @@ void Worker::teardown() noexcept {
       }
     }
   }
-  const auto on_wc = [this](const ibv_wc& wc) {
-    if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
-      return;
-    }
-    const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
-    if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
-      on_recv_completion(wc);
-    } else {
-      on_send_completion(wc);
-    }
-  };
+  const auto on_wc = [this](const ibv_wc& wc) { on_drain_completion(wc); };
   // rxe never raises LAST_WQE_REACHED (kernel 6.1): once one QP has waited for it in vain, the
   // others (moved to ERR together, so their events would be here by now) do not wait.
   bool wait_last_wqe = true;
@@ -637,6 +627,11 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_zero_copy_bytes = e.zero_copy_bytes;
     s.rndv_copied_bytes = e.copied_bytes;
     s.rndv_reg_failures = e.reg_failures;
+  }
+  if (rcache_) {
+    const rendezvous::RegCacheStats r = rcache_->stats();
+    s.rndv_reg_hits = r.hits;
+    s.rndv_reg_misses = r.misses;
   }
   for (const auto& p : peers_) {
     s.rc_connections += p->wr_state != WriteQpState::kNone ? 1 : 0;

@@ -212,6 +212,7 @@ class Worker {
   int poll_cqs();
   void on_send_completion(const ibv_wc& wc);
   void on_recv_completion(const ibv_wc& wc);
+  void on_drain_completion(const ibv_wc& wc);
   void on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc);
   void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header, const std::byte* body,
                const std::byte* payload, std::uint8_t pool, std::uint32_t buf);

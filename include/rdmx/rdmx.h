@@ -78,7 +78,8 @@ typedef struct rdmx_config {
   uint32_t srq_low_watermark; /* RDMX_SRQ_LOW_WATERMARK: srq_limit; refill when below */
   size_t eager_limit;         /* RDMX_EAGER_LIMIT: largest message sent eagerly */
   size_t rndv_thresh;         /* RDMX_RNDV_THRESH: messages of this size and up use rendezvous
-                                 (so do all messages above the eager limit) */
+                                 (so do all messages above the eager limit); default: the
+                                 eager limit + 1 */
   uint64_t uid;               /* RDMX_UID: this worker's source id; 0 = derived from host/pid */
   double ud_drop_rate;        /* RDMX_UD_DROP_RATE: TEST ONLY, fraction of UD packets dropped */
   uint32_t ud_rto_us;         /* RDMX_UD_RTO_US: initial UD retransmission timeout */
@@ -180,6 +181,8 @@ typedef struct rdmx_stats {
   uint64_t rndv_copied_bytes;    /* bytes sent through the copy path (registration refused, or
                                     no RC connection for writes) */
   uint64_t rndv_reg_failures;    /* buffer registrations refused (either side): copy path */
+  uint64_t rndv_reg_hits;        /* registrations served by the registration cache */
+  uint64_t rndv_reg_misses;      /* registrations the cache had to make (ibv_reg_mr) */
   uint64_t rc_connections;       /* UD mode: on-demand RC connections open now */
   uint64_t rc_connects;          /* UD mode: on-demand RC connections made */
   uint64_t rc_retired;           /* UD mode: idle RC connections retired to respect the cap */

@@ -5,8 +5,8 @@
 // Two ranks, each with two workers: one that sends every size eagerly (large buffers of 256 KiB,
 // eager limit 256 KiB, threshold off) and one that sends every size by rendezvous (threshold 1).
 // For each size, ping-pongs alternate between the two so that both see the same machine load;
-// prints the median half round trip of each and the ratio. The default RDMX_RNDV_THRESH is the
-// first size from which rendezvous stays faster (see rendezvous/README.md).
+// prints the median half round trip of each and the ratio: the crossover is the first size from
+// which rendezvous stays faster (rendezvous/README.md, "Threshold").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

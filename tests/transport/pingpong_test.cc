@@ -55,12 +55,12 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
 
   // The eager limit: the largest size that does not go by rendezvous (a rendezvous send counts
   // in rndv_sends as soon as its RTS is posted, and completes only once the peer receives it).
-  // RC: the large buffer unless the rendezvous threshold is lower (by default 12288 - 1).
+  // RC: the large buffer unless the rendezvous threshold is lower (by default 8192).
   const rdmx_config_t defaults = test_config(dev, c.transport);
   const std::size_t expect_limit =
       c.transport == RDMX_TRANSPORT_RC
-          ? std::min<std::size_t>({defaults.large_buf_size, defaults.eager_limit,
-                                   defaults.rndv_thresh - 1})
+          ? std::min<std::size_t>(
+                {defaults.large_buf_size, defaults.eager_limit, defaults.rndv_thresh - 1})
           : 0;
   std::size_t limit = 0;
   std::vector<std::uint8_t> probe(1 << 16);
