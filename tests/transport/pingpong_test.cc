@@ -62,6 +62,16 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
           ? std::min<std::size_t>(
                 {defaults.large_buf_size, defaults.eager_limit, defaults.rndv_thresh - 1})
           : 0;
+  // The connection first: a send queued for it has not chosen its protocol yet (nothing counted).
+  {
+    rdmx_request_t sreq, rreq;
+    std::uint8_t out = 1, in = 0;
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, 0x1000, ~std::uint64_t{0}, &rreq,
+                                      nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, 0x1000, 0, &sreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "connection send"));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, "connection receive"));
+  }
   std::size_t limit = 0;
   std::vector<std::uint8_t> probe(1 << 16);
   std::vector<rdmx_request_t> probes;
