@@ -5,6 +5,7 @@ rdmx_packages=(
   libibverbs-dev librdmacm-dev rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest
   iproute2 kmod cpio busybox-static qemu-system-x86
   openmpi-bin libopenmpi-dev libucx0 libucx-dev ucx-utils
+  gnuplot-nox
 )
 
 rdmx_install_deps() {

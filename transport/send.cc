@@ -512,7 +512,10 @@ void Worker::fail_peer(Peer& peer, int code, const char* why) {
   if (peer.state == PeerState::kFailed) {
     return;
   }
-  if (config_.verbose >= 1 || !closing_) {
+  // Quiet unless it costs the user something: a peer leaving (kDisconnect at its finalize) with
+  // nothing pending is the normal end of a job. Failed requests carry the error either way.
+  const bool pending = peer.pending_head != nullptr || peer.sync_waiting != 0;
+  if (config_.verbose >= 1 || (!closing_ && pending)) {
     std::fprintf(stderr, "rdmx: peer %016llx unreachable: %s\n",
                  static_cast<unsigned long long>(peer.uid), why);
   }

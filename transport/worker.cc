@@ -120,6 +120,10 @@ int Worker::create(const rdmx_config_t& config, Worker** out) {
 }
 
 void Worker::setup() {
+  // The verbs layer's informational lines follow the most verbose worker (MCA or RDMX_VERBOSE).
+  if (config_.verbose > verbs::log_level()) {
+    verbs::set_log_level(config_.verbose);
+  }
   // Device and port.
   ctx_.emplace(verbs::Context::open(device_name_));
   device_name_ = ctx_->name();
@@ -130,12 +134,26 @@ void Worker::setup() {
                        "no active port on " + device_name_ + ": set RDMX_DEVICE/RDMX_PORT"};
     }
   } else {
+    // Checked here: ibv_query_port's EINVAL for a missing port would read as a size problem.
+    const int nports = ctx_->query_device().orig_attr.phys_port_cnt;
+    if (config_.port > nports) {
+      throw SetupError{RDMX_ERR_NO_DEVICE,
+                       device_name_ + " has no port " + std::to_string(config_.port) +
+                           " (its ports: 1.." + std::to_string(nports) +
+                           "): set RDMX_PORT to one of them, or 0 for the first active port"};
+    }
     port_ = static_cast<std::uint8_t>(config_.port);
   }
   port_attr_ = ctx_->query_port(port_);
   if (port_attr_.state != IBV_PORT_ACTIVE) {
     throw SetupError{RDMX_ERR_NO_DEVICE, "port " + std::to_string(port_) + " of " + device_name_ +
                                              " is not active: set RDMX_DEVICE/RDMX_PORT"};
+  }
+  if (config_.gid_index >= port_attr_.gid_tbl_len) {
+    throw SetupError{RDMX_ERR_NO_DEVICE,
+                     "GID index " + std::to_string(config_.gid_index) + " is beyond the " +
+                         std::to_string(port_attr_.gid_tbl_len) + " GIDs of " + device_name_ +
+                         " port " + std::to_string(port_) + ": set RDMX_GID_INDEX"};
   }
   if (config_.gid_index >= 0) {
     gid_index_ = static_cast<std::uint32_t>(config_.gid_index);

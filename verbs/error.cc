@@ -1,7 +1,10 @@
 #include "verbs/error.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace rdmx::verbs {
@@ -64,6 +67,34 @@ void log_verb_failure(std::string_view verb, int errnum, std::string_view detail
     // Out of memory while formatting: still leave a trace, without allocating.
     std::fputs("rdmx: verbs call failed (could not format the message)\n", stderr);
   }
+}
+
+namespace {
+
+// -1: not read from the environment yet.
+std::atomic<int> g_log_level{-1};
+
+int level_from_env() noexcept {
+  const char* v = std::getenv("RDMX_VERBOSE");
+  return (v != nullptr && *v != '\0') ? std::max(0, std::atoi(v)) : 0;
+}
+
+}  // namespace
+
+int log_level() noexcept {
+  int level = g_log_level.load(std::memory_order_relaxed);
+  if (level < 0) [[unlikely]] {
+    level = level_from_env();
+    int expected = -1;
+    if (!g_log_level.compare_exchange_strong(expected, level, std::memory_order_relaxed)) {
+      level = expected;  // set_log_level() won the race
+    }
+  }
+  return level;
+}
+
+void set_log_level(int level) noexcept {
+  g_log_level.store(std::max(0, level), std::memory_order_relaxed);
 }
 
 }  // namespace rdmx::verbs

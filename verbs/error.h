@@ -52,6 +52,14 @@ T* check_created(T* p, std::string_view verb, std::string_view detail = {});
 // errno, then carry on.
 void log_verb_failure(std::string_view verb, int errnum, std::string_view detail = {}) noexcept;
 
+// Verbosity of this layer's informational lines (not of failures, which log_verb_failure always
+// prints): expected device quirks such as rxe never sending IBV_EVENT_QP_LAST_WQE_REACHED are
+// reported in the callers' reports and printed only at level >= 1, so a library user (e.g. an
+// MPI job's MPI_Finalize) sees nothing by default. Starts at RDMX_VERBOSE (0 when unset);
+// set_log_level() raises or lowers it for the whole process.
+int log_level() noexcept;
+void set_log_level(int level) noexcept;
+
 // ---------------------------------------------------------------------------------------------
 
 [[noreturn]] void throw_created_failure(std::string_view verb, std::string_view detail);

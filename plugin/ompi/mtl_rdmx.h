@@ -43,6 +43,14 @@ typedef struct mca_mtl_rdmx_request {
   void* buffer;    /* packed (send) or staging (receive) copy for a non-contiguous datatype */
   size_t capacity; /* receive: bytes the buffer takes */
   struct mca_mtl_rdmx_request* next_done; /* module's list of completions to deliver */
+  struct ompi_proc_t* peer; /* send: the destination, named when rdmx finds it unreachable */
+  /* Receive from a specific source: listed in the module while posted, so the receive can be
+   * failed when that peer is found unreachable (rdmx itself fails only sends). */
+  struct mca_mtl_rdmx_request* posted_prev;
+  struct mca_mtl_rdmx_request* posted_next;
+  uint64_t source_uid;
+  bool posted;      /* in the module's posted_recvs list */
+  bool peer_failed; /* cancelled because its source is unreachable: an error, not a cancel */
   mca_mtl_rdmx_req_kind_t kind;
   bool free_buffer;   /* buffer is ours (malloc'd by the datatype helpers) */
   volatile bool done; /* blocking send: completion delivered */
@@ -54,6 +62,7 @@ typedef struct mca_mtl_rdmx_endpoint {
   void* address; /* the peer worker's address blob, from the modex */
   size_t address_length;
   struct ompi_proc_t* proc;
+  bool unreachable; /* rdmx failed a request to it with RDMX_ERR_UNREACHABLE (said once) */
   struct mca_mtl_rdmx_endpoint* prev; /* module's list, so finalize frees what del_procs did not */
   struct mca_mtl_rdmx_endpoint* next;
 } mca_mtl_rdmx_endpoint_t;
@@ -69,6 +78,7 @@ typedef struct mca_mtl_rdmx_module {
   mca_mtl_rdmx_request_t* done_head;
   mca_mtl_rdmx_request_t* done_tail;
   mca_mtl_rdmx_endpoint_t* endpoints;
+  mca_mtl_rdmx_request_t* posted_recvs; /* receives from a specific source, while posted */
   bool warned_large;
   bool warned_progress;
 } mca_mtl_rdmx_module_t;
@@ -89,6 +99,7 @@ typedef struct mca_mtl_rdmx_params {
   size_t eager_limit;
   size_t rndv_thresh;
   unsigned int peer_timeout_ms;
+  int print_stats; /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
 } mca_mtl_rdmx_params_t;
 
 OMPI_DECLSPEC extern mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component;
@@ -118,6 +129,14 @@ rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc);
 void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data);
 /* An rdmx error code from a post call as an OMPI error code. */
 int ompi_mtl_rdmx_error(int rdmx_code);
+/* rdmx failed a request to proc with RDMX_ERR_UNREACHABLE: says so once per peer (the error
+ * also reaches the request's status as MPI_ERR_OTHER). */
+void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc);
+/* posted_recvs list; called with the module lock held. */
+void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r);
+void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r);
+/* Queues r's completion with status error (delivered by the next progress); lock held. */
+void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error);
 
 /* send */
 int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,

@@ -177,6 +177,14 @@ static int component_register(void) {
   reg(P_RNDV_THRESH,
       "Messages of this many bytes and more use the RDMA-write rendezvous (RDMX_RNDV_THRESH)",
       MCA_BASE_VAR_TYPE_SIZE_T, NULL, OPAL_INFO_LVL_5, &p->rndv_thresh);
+  p->print_stats = 0;
+  (void)mca_base_component_var_register(
+      &mca_mtl_rdmx_component.mtl_version, "print_stats",
+      "At MPI_Finalize, before the endpoints go, print one line per process on stderr with rdmx's "
+      "counters: 'mtl rdmx stats: rank R transport rc|ud recv_mem_bytes N num_qps N srq_posted N "
+      "unexpected N ud_retransmits N' (also RDMX_STATS=1)",
+      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
+      MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
   reg(P_PEER_TIMEOUT,
       "A peer silent for this many milliseconds is declared dead (RDMX_PEER_TIMEOUT_MS)",
       MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_6, &p->peer_timeout_ms);
@@ -292,29 +300,38 @@ static uint32_t job_size(void) {
   return (env != NULL) ? (uint32_t)strtoul(env, NULL, 10) : 0;
 }
 
-/* Worker creation failed: say what rdmx tried and what to set. MTL selection has no fallback,
- * so this is the message the user sees. rdmx printed its own cause and fix just before. */
+/* Worker creation failed: say what was asked for (and where each value came from) and what to
+ * set. MTL selection has no fallback, so this is the message the user sees. rdmx printed the
+ * device it tried and the exact cause just before ("rdmx: worker creation failed ..."). */
 static void report_open_failure(const rdmx_config_t* c, int code) {
   char dev[160];
-  char gid[32];
+  char port[96];
+  char gid[96];
+  char o[3][96];
   const char* why;
   if (c->device != NULL) {
-    snprintf(dev, sizeof(dev), "RDMA device '%s'", c->device);
+    snprintf(dev, sizeof(dev), "RDMA device '%s' [%s]", c->device, origin(P_DEVICE, o[0], 96));
   } else {
-    snprintf(dev, sizeof(dev), "the first RDMA device with an active port");
+    snprintf(dev, sizeof(dev), "the first RDMA device with an active port [%s]",
+             origin(P_DEVICE, o[0], 96));
+  }
+  if (c->port > 0) {
+    snprintf(port, sizeof(port), "port %d [%s]", c->port, origin(P_PORT, o[1], 96));
+  } else {
+    snprintf(port, sizeof(port), "its first active port [%s]", origin(P_PORT, o[1], 96));
   }
   if (c->gid_index >= 0) {
-    snprintf(gid, sizeof(gid), "GID index %d", c->gid_index);
+    snprintf(gid, sizeof(gid), "GID index %d [%s]", c->gid_index, origin(P_GID_INDEX, o[2], 96));
   } else {
-    snprintf(gid, sizeof(gid), "the RoCE v2 IPv4 GID");
+    snprintf(gid, sizeof(gid), "the RoCE v2 IPv4 GID [%s]", origin(P_GID_INDEX, o[2], 96));
   }
   switch (code) {
     case RDMX_ERR_NO_DEVICE:
-      why = "no such device, no active port, or no usable GID";
+      why = "the device, port or GID does not exist or is not usable";
       break;
     case RDMX_ERR_UNSUPPORTED:
     case RDMX_ERR_IO:
-      why = "the device refused a query or a setting (e.g. a port it does not have)";
+      why = "the device refused a query or a setting";
       break;
     case RDMX_ERR_NO_MEMORY:
       why = "out of memory: usually the locked-memory limit (ulimit -l unlimited)";
@@ -327,16 +344,17 @@ static void report_open_failure(const rdmx_config_t* c, int code) {
       break;
   }
   opal_output(0,
-              "mtl rdmx: cannot open %s (port %d%s, %s) on %s: %s (rdmx's message above has "
-              "the details).\n"
+              "mtl rdmx: cannot open %s, %s, %s on %s: %s; rdmx's line above names the device "
+              "and the cause.\n"
               "  Set mtl_rdmx_device (--mca mtl_rdmx_device NAME, or RDMX_DEVICE=NAME) to a "
-              "device with an active port (see ibv_devices, ibv_devinfo), mtl_rdmx_port "
-              "(RDMX_PORT) to its port and, on RoCE, mtl_rdmx_gid_index (RDMX_GID_INDEX) to a "
-              "RoCE v2 GID (see /sys/class/infiniband/DEV/ports/PORT/gids and gid_attrs/types).\n"
+              "device with an active port (ibv_devices, ibv_devinfo), mtl_rdmx_port (RDMX_PORT) "
+              "to one of its active ports or 0 for the first active one and, on RoCE, "
+              "mtl_rdmx_gid_index (RDMX_GID_INDEX) to a RoCE v2 GID or -1 to find it (see "
+              "/sys/class/infiniband/DEV/ports/PORT/gids and gid_attrs/types).\n"
               "  The rdmx MTL is not usable in this process and Open MPI does not fall back to "
-              "another MTL: fix the device, or run with another PML (e.g. --mca pml ob1).",
-              dev, c->port, c->port == 0 ? " = first active" : "", gid,
-              OPAL_PROC_MY_HOSTNAME != NULL ? OPAL_PROC_MY_HOSTNAME : "this host", why);
+              "another MTL: fix the setting, or run with another PML (e.g. --mca pml ob1).",
+              dev, port, gid, OPAL_PROC_MY_HOSTNAME != NULL ? OPAL_PROC_MY_HOSTNAME : "this host",
+              why);
 }
 
 static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
@@ -427,6 +445,7 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
     return NULL;
   }
 
+  ompi_mtl_rdmx.posted_recvs = NULL;
   ompi_mtl_rdmx.done_head = NULL;
   ompi_mtl_rdmx.done_tail = NULL;
   ompi_mtl_rdmx.endpoints = NULL;

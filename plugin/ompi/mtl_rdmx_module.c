@@ -7,6 +7,7 @@
  * completion_callback). pml cm may then recycle the request, even repost it from a completion
  * hook, without rdmx still holding its storage, and no rdmx call is ever made from inside rdmx.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +50,7 @@ int ompi_mtl_rdmx_error(int rdmx_code) {
     case RDMX_ERR_NO_RESOURCE:
       return OMPI_ERR_OUT_OF_RESOURCE;
     case RDMX_ERR_UNREACHABLE:
-      return OMPI_ERR_UNREACH;
+      return MPI_ERR_OTHER; /* a dead or departed peer; Open MPI 4.1 has no MPI_ERR_PROC_FAILED */
     case RDMX_ERR_UNSUPPORTED:
       return OMPI_ERR_NOT_SUPPORTED;
     case RDMX_ERR_INVALID_PARAM:
@@ -139,6 +140,66 @@ int ompi_mtl_rdmx_del_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
   return OMPI_SUCCESS;
 }
 
+void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r) {
+  r->posted_prev = NULL;
+  r->posted_next = ompi_mtl_rdmx.posted_recvs;
+  if (NULL != r->posted_next) {
+    r->posted_next->posted_prev = r;
+  }
+  ompi_mtl_rdmx.posted_recvs = r;
+  r->posted = true;
+}
+
+void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r) {
+  if (!r->posted) {
+    return;
+  }
+  if (NULL != r->posted_prev) {
+    r->posted_prev->posted_next = r->posted_next;
+  } else {
+    ompi_mtl_rdmx.posted_recvs = r->posted_next;
+  }
+  if (NULL != r->posted_next) {
+    r->posted_next->posted_prev = r->posted_prev;
+  }
+  r->posted_prev = r->posted_next = NULL;
+  r->posted = false;
+}
+
+/* The peer is gone: its posted receives would wait forever. Cancel them in rdmx and complete
+ * them as errors (peer_failed), unless rdmx matched them already. Lock held. */
+static void fail_posted_recvs(uint64_t uid) {
+  mca_mtl_rdmx_request_t* r = ompi_mtl_rdmx.posted_recvs;
+  while (NULL != r) {
+    mca_mtl_rdmx_request_t* next = r->posted_next; /* cancel may run r's callback */
+    if (r->source_uid == uid) {
+      r->peer_failed = true;
+      (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &r->rdmx); /* BUSY: matched, completes */
+    }
+    r = next;
+  }
+}
+
+void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
+  mca_mtl_rdmx_endpoint_t* e =
+      NULL != proc ? proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] : NULL;
+  if (NULL == e || e->unreachable) {
+    return;
+  }
+  e->unreachable = true;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  if (NULL != ompi_mtl_rdmx.worker) {
+    fail_posted_recvs(mtl_rdmx_uid_of(&proc->super.proc_name));
+  }
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  opal_output(0,
+              "mtl rdmx: process %s (MPI_COMM_WORLD rank %u) on %s is unreachable (it died, hung "
+              "or left; rdmx declares a peer dead after mtl_rdmx_peer_timeout_ms): sends to it "
+              "and receives from it fail with MPI_ERR_OTHER.",
+              OPAL_NAME_PRINT(proc->super.proc_name), (unsigned)proc->super.proc_name.vpid,
+              NULL != proc->super.proc_hostname ? proc->super.proc_hostname : "?");
+}
+
 /* Called with the module lock held. */
 rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc) {
   mca_mtl_rdmx_endpoint_t* e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
@@ -198,6 +259,7 @@ void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status
   mca_mtl_rdmx_request_t* r = user_data;
   (void)request;
   r->status = *status;
+  ompi_mtl_rdmx_posted_unlink(r);
   r->next_done = NULL;
   if (NULL != ompi_mtl_rdmx.done_tail) {
     ompi_mtl_rdmx.done_tail->next_done = r;
@@ -207,12 +269,19 @@ void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status
   ompi_mtl_rdmx.done_tail = r;
 }
 
+void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error) {
+  rdmx_status_t s = {.error = error, .tag = 0, .source = r->source_uid, .length = 0};
+  ompi_mtl_rdmx_callback(&r->rdmx, &s, r);
+}
+
 static int mpi_error_of(const rdmx_status_t* s) {
   switch (s->error) {
     case RDMX_OK:
       return MPI_SUCCESS;
     case RDMX_ERR_TRUNCATED:
       return MPI_ERR_TRUNCATE;
+    case RDMX_ERR_UNREACHABLE:
+      return MPI_ERR_OTHER; /* said once per peer by ompi_mtl_rdmx_peer_unreachable */
     default:
       opal_output_verbose(1, ompi_mtl_rdmx_output, "mtl rdmx: request failed: %s",
                           rdmx_strerror(s->error));
@@ -223,7 +292,15 @@ static int mpi_error_of(const rdmx_status_t* s) {
 static void complete_recv(mca_mtl_rdmx_request_t* r) {
   ompi_status_public_t* st = &r->super.ompi_req->req_status;
   const rdmx_status_t* s = &r->status;
-  if (RDMX_ERR_CANCELED == s->error) {
+  if (OPAL_UNLIKELY((r->peer_failed && RDMX_ERR_CANCELED == s->error) ||
+                    RDMX_ERR_UNREACHABLE == s->error)) {
+    /* Its source is unreachable: an error, with nothing received. */
+    st->_ucount = 0;
+    st->MPI_ERROR = MPI_ERR_OTHER;
+    if (r->free_buffer) {
+      free(r->buffer);
+    }
+  } else if (RDMX_ERR_CANCELED == s->error) {
     st->_cancelled = true;
     if (r->free_buffer) {
       free(r->buffer);
@@ -245,6 +322,7 @@ static void complete_recv(mca_mtl_rdmx_request_t* r) {
   }
   r->buffer = NULL;
   r->free_buffer = false;
+  r->peer_failed = false;
   r->super.completion_callback(&r->super);
 }
 
@@ -258,6 +336,9 @@ static void complete(mca_mtl_rdmx_request_t* r) {
         free(r->buffer);
         r->buffer = NULL;
         r->free_buffer = false;
+      }
+      if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == r->status.error)) {
+        ompi_mtl_rdmx_peer_unreachable(r->peer);
       }
       r->super.ompi_req->req_status.MPI_ERROR = mpi_error_of(&r->status);
       r->super.completion_callback(&r->super);
@@ -296,11 +377,33 @@ int ompi_mtl_rdmx_progress(void) {
 
 /* ---- finalize ------------------------------------------------------------------------------ */
 
+/* Opt-in (mtl_rdmx_print_stats or RDMX_STATS=1): the worker's counters while its endpoints are
+ * alive, one parseable "key N" line per process for scale figures. */
+static void print_stats(void) {
+  const char* env = getenv("RDMX_STATS");
+  rdmx_stats_t st;
+  if (!ompi_mtl_rdmx_params.print_stats && (NULL == env || 0 != strcmp(env, "1"))) {
+    return;
+  }
+  if (NULL == ompi_mtl_rdmx.worker || RDMX_OK != rdmx_worker_stats(ompi_mtl_rdmx.worker, &st)) {
+    return;
+  }
+  fprintf(stderr,
+          "mtl rdmx stats: rank %u transport %s recv_mem_bytes %llu num_qps %llu srq_posted %llu "
+          "unexpected %llu ud_retransmits %llu\n",
+          (unsigned)OPAL_PROC_MY_NAME.vpid, RDMX_TRANSPORT_UD == st.transport ? "ud" : "rc",
+          (unsigned long long)st.recv_mem_bytes, (unsigned long long)st.num_qps,
+          (unsigned long long)st.srq_posted, (unsigned long long)st.unexpected,
+          (unsigned long long)st.ud_retransmits);
+  fflush(stderr);
+}
+
 int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
   mca_mtl_rdmx_request_t* r;
   (void)mtl;
   opal_progress_unregister(ompi_mtl_rdmx_progress);
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  print_stats();
   while (NULL != ompi_mtl_rdmx.endpoints) {
     endpoint_free(ompi_mtl_rdmx.endpoints);
   }
@@ -317,6 +420,7 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
     }
   }
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
+  ompi_mtl_rdmx.posted_recvs = NULL;
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   return OMPI_SUCCESS;
 }

@@ -20,6 +20,16 @@ static uint64_t rdmx_source(struct ompi_communicator_t* comm, int src) {
   return mtl_rdmx_uid_of(&ompi_comm_peer_lookup(comm, src)->super.proc_name);
 }
 
+/* A specific source already found unreachable (ompi_mtl_rdmx_peer_unreachable). */
+static bool source_unreachable(struct ompi_communicator_t* comm, int src) {
+  const mca_mtl_rdmx_endpoint_t* e;
+  if (MPI_ANY_SOURCE == src) {
+    return false;
+  }
+  e = ompi_comm_peer_lookup(comm, src)->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+  return NULL != e && e->unreachable;
+}
+
 /* Where the message lands: the user's buffer when the datatype is contiguous, else a staging
  * buffer unpacked at completion. */
 static int prepare_recv(struct opal_convertor_t* convertor, mca_mtl_rdmx_request_t* req,
@@ -68,10 +78,26 @@ int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communica
   if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
     return rc;
   }
+  req->source_uid = source;
+  req->peer_failed = false;
+  req->posted = false;
   for (;;) {
     OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    if (OPAL_UNLIKELY(source_unreachable(comm, src))) {
+      req->peer_failed = true;
+      ompi_mtl_rdmx_complete_now(req, RDMX_ERR_UNREACHABLE);
+      OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+      return OMPI_SUCCESS;
+    }
+    /* Listed before posting: rdmx may complete it (callback: unlink) inside the call. */
+    if (RDMX_ANY_SOURCE != source) {
+      ompi_mtl_rdmx_posted_link(req);
+    }
     rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
                        ompi_mtl_rdmx_callback, req);
+    if (OPAL_UNLIKELY(RDMX_OK != rc)) {
+      ompi_mtl_rdmx_posted_unlink(req);
+    }
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
       break;
@@ -172,6 +198,8 @@ int ompi_mtl_rdmx_imrecv(struct mca_mtl_base_module_t* mtl, struct opal_converto
   if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
     return rc;
   }
+  req->posted = false; /* matched already: never failed for its source */
+  req->peer_failed = false;
   for (;;) {
     OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
     rc = rdmx_tag_msg_recv(ompi_mtl_rdmx.worker, m, start, length, &req->rdmx,

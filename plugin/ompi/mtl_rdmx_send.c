@@ -32,6 +32,8 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
   req->buffer = free_after ? start : NULL;
   req->free_buffer = free_after;
   req->convertor = convertor;
+  req->peer = proc;
+  req->posted = false; /* pml cm recycles requests: never in the receive list as a send */
 
   for (;;) {
     OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
@@ -62,6 +64,8 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
                 "mtl rdmx: rdmx cannot send this %zu-byte message: %s (messages above the "
                 "eager limit need rdmx's rendezvous protocol)",
                 length, rdmx_strerror(rc));
+  } else if (RDMX_ERR_UNREACHABLE == rc) {
+    ompi_mtl_rdmx_peer_unreachable(proc);
   } else {
     opal_output_verbose(1, ompi_mtl_rdmx_output,
                         "mtl rdmx: send of %zu bytes to rank %d (tag %d) failed: %s", length, dest,
@@ -83,11 +87,15 @@ int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicat
   if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
     return rc;
   }
+  /* Bounded: a peer that died fails the request (rdmx's peer timeout). */
   while (!req.done) {
     opal_progress();
   }
   if (req.free_buffer) {
     free(req.buffer);
+  }
+  if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == req.status.error)) {
+    ompi_mtl_rdmx_peer_unreachable(req.peer);
   }
   return ompi_mtl_rdmx_error(req.status.error);
 }

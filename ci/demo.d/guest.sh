@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# ci/demo's guest half: runs inside ONE ci/softroce/run boot (or natively), every benchmark over
+# every stack, raw outputs into OUT/raw, one progress line per step on stdout.
+#   guest.sh OUT BUILD [--quick]
+# Stacks (the same programs, bench/osu, over each):
+#   rdmx-rc  --mca pml cm --mca mtl rdmx, mtl_rdmx_transport rc
+#   rdmx-ud  the same with mtl_rdmx_transport ud
+#   ucx      --mca pml ucx with the UCX settings that work on rxe (shared/softroce.md)
+#   tcp      --mca pml ob1 --mca btl self,tcp
+# plus perftest (ib_send_lat, ib_write_bw) on the same device, and the footprint runs (np 2..16).
+# Every step is bounded (timeout, and the programs' own per-size watchdog); a stack that fails
+# at a size leaves `fail` there and the next step runs. A run that dies mid-sweep is restarted
+# from the size after the one it died at (at most twice).
+set -uo pipefail
+out=$1 build=$2 quick=0
+[ "${3:-}" = --quick ] && quick=1
+raw=$out/raw
+mkdir -p "$raw"
+read -r -a devs <<<"${RDMX_TEST_DEVICES:-rxe0}"
+read -r -a ips <<<"${RDMX_TEST_IPS:-127.0.0.1}"
+dev=${devs[0]} ip=${ips[0]} gid=${RDMX_TEST_GID_INDEX:-1}
+osu=$build/bench/osu
+compdir=$(ompi_info --parsable --path pkglibdir 2>/dev/null | sed -n 's/^path:pkglibdir://p')
+[ -n "$compdir" ] || compdir=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+export OMPI_MCA_mca_base_component_path=$compdir:$build/plugin/ompi
+export RDMX_STATS=1 # the MTL prints its rdmx_stats_t at finalize when it knows this variable
+
+# ---- what runs --------------------------------------------------------------------------------
+stacks=(rdmx-rc rdmx-ud ucx tcp)
+if [ "$quick" = 1 ]; then
+  benches=(osu_latency osu_bw)
+  lat_sizes=8:65536 bw_sizes=8:65536 mt_sizes=8:4096 budget=0.15 step_s=150 size_s=40
+  scale_np=(2 4) scale_stacks=(rdmx-rc rdmx-ud)
+else
+  benches=(osu_latency osu_bw osu_bibw osu_mbw_mr osu_multi_lat osu_latency_mt)
+  lat_sizes=8:4194304 bw_sizes=8:4194304 mt_sizes=8:65536 budget=0.4 step_s=300 size_s=60
+  scale_np=(2 4 8 16) scale_stacks=(rdmx-rc rdmx-ud ucx)
+fi
+
+stack_args() { # stack -> sargs (mpirun arguments)
+  case $1 in
+    rdmx-rc) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport rc) ;;
+    rdmx-ud) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport ud) ;;
+    ucx) sargs=(--mca pml ucx -x UCX_TLS=self,rc_verbs,ud_verbs -x "UCX_NET_DEVICES=$dev:1"
+                -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
+    tcp) sargs=(--mca pml ob1 --mca btl self,tcp) ;;
+  esac
+}
+
+bench_args() { # bench -> np and bargs
+  local lat=(-x 20 -X 2 -n 5 -D "$budget" -T "$size_s")
+  local bw=(-x 2 -X 1 -n 2 -B 16777216 -D "$budget" -T "$size_s")
+  np=2
+  case $1 in
+    osu_latency) bargs=(-m "$lat_sizes" "${lat[@]}") ;;
+    osu_multi_lat) np=4 bargs=(-m "$lat_sizes" "${lat[@]}") ;;
+    osu_latency_mt) bargs=(-m "$mt_sizes" -t 2 "${lat[@]}") ;;
+    osu_bw | osu_bibw) bargs=(-m "$bw_sizes" "${bw[@]}") ;;
+    osu_mbw_mr) np=4 bargs=(-m "$bw_sizes" "${bw[@]}") ;;
+  esac
+}
+
+nsteps=$(( ${#benches[@]} * ${#stacks[@]} + 2 + ${#scale_np[@]} * ${#scale_stacks[@]} ))
+k=0
+t_start=$SECONDS
+progress() { # status line for step k
+  k=$((k + 1))
+  printf '[%2d/%d %4ds] %-34s %s\n' "$k" "$nsteps" "$((SECONDS - t_start))" "$1" "$2"
+}
+
+# ---- MPI steps --------------------------------------------------------------------------------
+# The sizes a program printed (first column, numbers only) and the first one it never reached.
+first_missing() { # outfile min max
+  awk -v lo="$2" -v hi="$3" '
+    /^[0-9]/ { seen[$1] = 1 }
+    END { s = lo; while (s <= hi) { if (!(s in seen)) { print s; exit } s = (s == 0) ? 1 : s * 2 } }' "$1"
+}
+
+mpi_step() { # name stack np prog args...
+  local name=$1 stack=$2 n=$3 prog=$4
+  shift 4
+  local f=$raw/$name.$stack t0=$SECONDS rc restarts=0 what
+  local -a args=("$@")
+  stack_args "$stack"
+  : >"$f.out"
+  : >"$f.err"
+  while :; do
+    echo "\$ mpirun -np $n ${sargs[*]} $prog ${args[*]}" >>"$f.err"
+    timeout -k 5 "$step_s" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+      "${sargs[@]}" "$osu/$prog" "${args[@]}" >>"$f.out" 2>>"$f.err" </dev/null
+    rc=$?
+    [ $rc -eq 0 ] && break
+    # Died mid-sweep: restart after the size it died at (the table shows that one as fail).
+    local m lo hi i
+    for i in "${!args[@]}"; do [ "${args[$i]}" = -m ] && { lo=${args[$((i + 1))]%%:*}; hi=${args[$((i + 1))]##*:}; }; done
+    m=$(first_missing "$f.out" "${lo:-0}" "${hi:-0}")
+    [ -z "$m" ] || [ $restarts -ge 2 ] || [ $((m * 2)) -gt "${hi:-0}" ] && break
+    restarts=$((restarts + 1))
+    echo "# restart: died at size $m (exit $rc), going on from $((m * 2))" >>"$f.out"
+    for i in "${!args[@]}"; do [ "${args[$i]}" = -m ] && args[$((i + 1))]="$((m * 2)):$hi"; done
+  done
+  what=ok
+  [ $rc -eq 124 ] && what="TIMED OUT after ${step_s}s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && what="failed (exit $rc)"
+  [ $restarts -gt 0 ] && what="$what, $restarts restart(s)"
+  grep -q ' fail$' "$f.out" && what="$what, some sizes fail"
+  echo "$name $stack rc=$rc restarts=$restarts seconds=$((SECONDS - t0))" >>"$raw/steps.txt"
+  progress "$name $stack" "$what ($((SECONDS - t0)) s)"
+}
+
+# ---- perftest ---------------------------------------------------------------------------------
+port=18700
+perftest_step() { # name tool args... (server in the background, client against $ip)
+  local name=$1 tool=$2 t0=$SECONDS rc spid _
+  shift 2
+  port=$((port + 1))
+  timeout -k 5 "$step_s" "$tool" -d "$dev" -x "$gid" -p "$port" -F "$@" >"$raw/$name.srv" 2>&1 &
+  spid=$!
+  for _ in $(seq 1 100); do # until it listens, at most 10 s
+    ss -ltn 2>/dev/null | grep -q ":$port " && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  timeout -k 5 "$step_s" "$tool" -d "$dev" -x "$gid" -p "$port" -F "$@" "$ip" \
+    >"$raw/$name.out" 2>"$raw/$name.err" </dev/null
+  rc=$?
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  echo "$name perftest rc=$rc seconds=$((SECONDS - t0))" >>"$raw/steps.txt"
+  progress "$name ($tool $*)" "$([ $rc -eq 0 ] && echo ok || echo "failed (exit $rc)") ($((SECONDS - t0)) s)"
+}
+
+# ---- run ----------------------------------------------------------------------------------------
+{
+  echo "date_utc $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "mode $([ "$quick" = 1 ] && echo quick || echo full)"
+  echo "where $([ "${RDMX_IN_GUEST:-0}" = 1 ] && echo "Soft-RoCE guest (qemu TCG, 2 vCPUs)" || echo native)"
+  echo "kernel $(uname -r)"
+  echo "device $dev"
+  echo "active_mtu $(timeout 20 ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ { print $2; exit }')"
+  echo "max_qp $(timeout 20 ibv_devinfo -v -d "$dev" 2>/dev/null | awk '$1 == "max_qp:" { print $2; exit }')"
+  echo "gid_index $gid"
+  echo "open_mpi $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full://p')"
+  echo "ucx $(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -n 1)"
+  echo "guest_load_start $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$out/run-info.txt"
+: >"$raw/steps.txt"
+echo "== demo: ${#stacks[@]} stacks x ${#benches[@]} benchmarks, perftest, footprint np ${scale_np[*]}; device $dev; $nsteps steps"
+
+# Interleaved by benchmark, so that every stack of one table sees about the same host load.
+for b in "${benches[@]}"; do
+  bench_args "$b"
+  for s in "${stacks[@]}"; do
+    mpi_step "$b" "$s" "$np" "$b" "${bargs[@]}"
+  done
+done
+if [ "$quick" = 1 ]; then
+  perftest_step ib_send_lat ib_send_lat -s 8 -n 1000
+  perftest_step ib_write_bw ib_write_bw -s 65536 -n 200
+else
+  perftest_step ib_send_lat ib_send_lat -s 8 -n 2000
+  perftest_step ib_write_bw ib_write_bw -a -n 20
+fi
+for n in "${scale_np[@]}"; do
+  for s in "${scale_stacks[@]}"; do
+    mpi_step "footprint_np$n" "$s" "$n" mpi_footprint -T 240
+  done
+done
+echo "guest_load_end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/run-info.txt"
+echo "guest_seconds $((SECONDS - t_start))" >>"$out/run-info.txt"
+echo "== demo: guest part done in $((SECONDS - t_start)) s"

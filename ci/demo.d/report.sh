@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# ci/demo's report half (host): reads OUT/raw (written by guest.sh) and writes OUT/report.md
+# (tables, scale figures and model), OUT/data/*.dat and OUT/*.png (gnuplot, log axes); prints
+# the tables. Can be rerun on an old report folder: ci/demo.d/report.sh OUT
+set -uo pipefail
+out=$1
+raw=$out/raw
+data=$out/data
+mkdir -p "$data"
+stacks=(rdmx-rc rdmx-ud ucx tcp)
+md=$out/report.md
+
+# value of one stack at one size: the figure column (col) of the first row with that size in the
+# program's output; "fail" when the program printed fail or never reached the size; "-" when it
+# did not run at all.
+extract() { # file col -> "size value" lines
+  [ -s "$1" ] || return 0
+  awk -v c="$2" '/^[0-9]/ && !($1 in seen) { seen[$1] = 1; print $1, ($2 == "fail" ? "fail" : $c) }' "$1"
+}
+
+# perftest rows -> "size value": ib_send_lat t_avg (us, one way), ib_write_bw BW average
+# converted from perftest's MiB/s to MB/s (10^6 B).
+perftest_rows() { # name
+  local f=$raw/$1.out
+  [ -s "$f" ] || return 0
+  case $1 in
+    ib_send_lat) awk '/t_avg/ { on = 1; next } on && $1 ~ /^[0-9]+$/ && NF >= 6 { print $1, $6 }' "$f" ;;
+    ib_write_bw) awk '/BW average/ { on = 1; next }
+                      on && $1 ~ /^[0-9]+$/ && NF >= 5 { printf "%s %.2f\n", $1, $4 * 1.048576 }' "$f" ;;
+  esac
+}
+
+# One table: bench col perftest-name unit-title -> markdown on stdout, gnuplot data in $data.
+table() { # bench col perftest title [data-name, default bench]
+  local b=$1 col=$2 pt=$3 title=$4 dat=${5:-$1} s
+  local tmp
+  tmp=$(mktemp -d)
+  for s in "${stacks[@]}"; do
+    if [ -f "$raw/$b.$s.out" ]; then
+      extract "$raw/$b.$s.out" "$col" >"$tmp/$s"
+    fi
+  done
+  [ -n "$pt" ] && perftest_rows "$pt" >"$tmp/perftest"
+  ls "$tmp"/* >/dev/null 2>&1 || { rm -rf "$tmp"; return 1; }
+  # The expected sizes come from the runs' -m (fail rows included); perftest adds none.
+  awk -v dir="$tmp" -v pt="$pt" -v title="$title" -v datf="$data/$dat.dat" '
+    function v(s, z) { return (s SUBSEP z) in val ? val[s, z] : "-" }
+    function num(x) { return x ~ /^[0-9.]+([eE][-+]?[0-9]+)?$/ }
+    function ratio(a, b) { return (num(a) && num(b) && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
+    function g(x) { return num(x) ? x : "?" }
+    BEGIN {
+      n = split("rdmx-rc rdmx-ud ucx tcp perftest", S, " ")
+      for (i = 1; i <= n; ++i) {
+        f = dir "/" S[i]
+        while ((getline line < f) > 0) {
+          split(line, a, " ")
+          val[S[i], a[1]] = a[2]; has[S[i]] = 1
+          if (S[i] != "perftest") sizes[a[1] + 0] = 1
+        }
+      }
+      m = 0; for (z in sizes) order[++m] = z + 0
+      for (i = 2; i <= m; ++i) { x = order[i]; j = i - 1; while (j > 0 && order[j] > x) { order[j + 1] = order[j]; --j } order[j + 1] = x }
+      hdr = "| Size (B) | rdmx RC | rdmx UD | UCX | ob1 TCP |"
+      sep = "|---:|---:|---:|---:|---:|"
+      if (pt != "") { hdr = hdr " perftest " pt " |"; sep = sep "---:|" }
+      print "### " title "\n"
+      print hdr " RC/UCX | UD/UCX |"
+      print sep "---:|---:|"
+      print "# size rdmx-rc rdmx-ud ucx tcp perftest" > datf
+      for (i = 1; i <= m; ++i) {
+        z = order[i]
+        line = "| " z " | " v("rdmx-rc", z) " | " v("rdmx-ud", z) " | " v("ucx", z) " | " v("tcp", z) " |"
+        if (pt != "") line = line " " v("perftest", z) " |"
+        print line " " ratio(v("rdmx-rc", z), v("ucx", z)) " | " ratio(v("rdmx-ud", z), v("ucx", z)) " |"
+        print z, g(v("rdmx-rc", z)), g(v("rdmx-ud", z)), g(v("ucx", z)), g(v("tcp", z)), g(v("perftest", z)) > datf
+      }
+      print ""
+    }'
+  rm -rf "$tmp"
+}
+
+plot() { # bench ylabel title logy
+  local b=$1 f=$data/$1.dat term=pngcairo
+  [ -s "$f" ] || return 0
+  command -v gnuplot >/dev/null || return 0
+  echo 'set terminal' | gnuplot 2>&1 | grep -q pngcairo || term=png
+  gnuplot <<EOF 2>>"$out/gnuplot.log"
+set terminal $term size 900,560 noenhanced
+set output "$out/$b.png"
+set title "$3"
+set xlabel "message size (bytes)"
+set ylabel "$2"
+set logscale x 2
+set logscale y 10
+set xtics ("1" 1, "8" 8, "64" 64, "512" 512, "4K" 4096, "32K" 32768, "256K" 262144, "2M" 2097152)
+set offsets graph 0.03, graph 0.03, 0, 0
+set grid
+set key top left
+set datafile missing "?"
+plot "$f" using 1:2 with linespoints lw 2 title "rdmx MTL, RC", \
+     "" using 1:3 with linespoints lw 2 title "rdmx MTL, UD", \
+     "" using 1:4 with linespoints lw 2 title "pml ucx", \
+     "" using 1:5 with linespoints lw 2 title "pml ob1, btl tcp", \
+     "" using 1:6 with points pt 7 ps 1.5 lc rgb "black" title "perftest (raw verbs)"
+EOF
+}
+
+# ---- scale figures --------------------------------------------------------------------------
+# From mpi_footprint's "# summary" line per run; the MTL's own rdmx_stats_t line
+# (`mtl rdmx stats: ... recv_mem_bytes N num_qps N`) when the MTL prints it.
+scale() {
+  local rows=$out/data/footprint.txt f s n
+  : >"$rows"
+  for f in "$raw"/footprint_np*.out; do
+    [ -e "$f" ] || continue
+    n=${f##*/footprint_np}; n=${n%%.*}
+    s=${f%.out}; s=${s##*.}
+    awk -v np="$n" -v st="$s" -v errf="${f%.out}.err" '
+      function kv(k,   i) { for (i = 1; i < NF; ++i) if ($i == k) return $(i + 1); return "" }
+      /^# summary/ { q = kv("qps_max"); m = kv("mr_bytes_max"); r = kv("rss_kb_max") }
+      END {
+        rm = ""; rq = ""
+        while ((getline line < errf) > 0) {
+          if (line !~ /rdmx stats/) continue
+          k = split(line, a, " ")
+          for (i = 1; i < k; ++i) {
+            if (a[i] == "recv_mem_bytes" && a[i + 1] + 0 > rm + 0) rm = a[i + 1]
+            if (a[i] == "num_qps" && a[i + 1] + 0 > rq + 0) rq = a[i + 1]
+          }
+        }
+        if (q == "") q = "fail"
+        print st, np, q, (m == "" ? "fail" : m), (r == "" ? "fail" : r), (rm == "" ? "-" : rm), (rq == "" ? "-" : rq)
+      }' "$f" >>"$rows"
+  done
+  [ -s "$rows" ] || return 0
+  sort -k1,1 -k2,2n "$rows" -o "$rows"
+  echo "### Footprint per process (mpi_footprint, every peer connected, np oversubscribed on one device)"
+  echo
+  echo "| stack | np | QPs | registered memory, all MRs (MB) | recv memory (MB, rdmx_stats_t) | RSS (MB) |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  awk '{ mb = ($4 ~ /^[0-9]+$/) ? sprintf("%.2f", $4 / 1e6) : $4
+         rm = ($6 ~ /^[0-9]+$/) ? sprintf("%.2f", $6 / 1e6) : $6
+         rs = ($5 ~ /^[0-9]+$/) ? sprintf("%.1f", $5 * 1024 / 1e6) : $5
+         print "| " $1 " | " $2 " | " $3 " | " mb " | " rm " | " rs " |" }' "$rows"
+  echo
+  echo "### Model for large jobs (per process)"
+  echo
+  echo 'Least-squares fit over the measured np of `y(N) = a + b * (N - 1)` (N ranks, N - 1 peers),'
+  echo 'extrapolated. The structure behind it: rdmx RC opens one QP per peer per size class (2) plus'
+  echo 'one UD control QP, and all peers share the two SRQs, so its receive memory is flat and its'
+  echo 'QPs grow by 2 per peer; rdmx UD uses one QP per size class plus the control QP and the same'
+  echo 'SRQs, so QPs and receive memory are both flat in peers. RSS is what the process touched'
+  echo '(Open MPI included); a negative slope (noise under load) is taken as 0. With transport auto'
+  echo 'the MTL picks UD from 64 peers on (mtl_rdmx_auto_ud_peers): RC at 10k ranks would need'
+  local maxqp
+  maxqp=$(awk '/^max_qp / { print $2 }' "$out/run-info.txt" 2>/dev/null)
+  echo "20k QPs per process, times the processes per node, against the device's max_qp${maxqp:+ ($maxqp here)}."
+  echo
+  echo "| stack | figure | a | b (per peer) | 1k ranks | 10k ranks | 100k ranks |"
+  echo "|---|---|---:|---:|---:|---:|---:|"
+  local st
+  for st in $(awk '{ print $1 }' "$rows" | sort -u); do
+    awk -v st="$st" '
+      $1 == st && $3 ~ /^[0-9]+$/ { n++; x[n] = $2 - 1; q[n] = $3; m[n] = $4 / 1e6; r[n] = $5 * 1024 / 1e6
+                                    if ($6 ~ /^[0-9]+$/) { rv[n] = $6 / 1e6; nr++ } }
+      function fit(y, name, unit, fmt,   i, sx, sy, sxx, sxy, a, b, d) {
+        sx = sy = sxx = sxy = 0
+        for (i = 1; i <= n; ++i) { sx += x[i]; sy += y[i]; sxx += x[i] * x[i]; sxy += x[i] * y[i] }
+        d = n * sxx - sx * sx
+        b = (d != 0) ? (n * sxy - sx * sy) / d : 0
+        if (b < 0) b = 0 # a shrinking footprint is measurement noise (RSS under load): flat
+        a = (sy - b * sx) / n
+        printf "| %s | %s | " fmt " | " fmt " | " fmt " | " fmt " | " fmt " |\n", st, name " (" unit ")", a, b, a + b * 999, a + b * 9999, a + b * 99999
+      }
+      END {
+        if (n < 2) exit
+        fit(q, "QPs", "count", "%.0f")
+        fit(m, "registered MR", "MB", "%.2f")
+        if (nr == n) fit(rv, "recv memory", "MB", "%.2f")
+        fit(r, "RSS", "MB", "%.1f")
+      }' "$rows"
+  done
+  echo
+  # The UD promise: receive memory flat in the number of peers (within 5 % over the np measured).
+  awk '$1 == "rdmx-ud" { v = ($6 ~ /^[0-9]+$/) ? $6 : $4; if (v !~ /^[0-9]+$/) next
+                         if (lo == "" || v < lo) lo = v; if (v > hi) hi = v; nps = nps " " $2; src = ($6 ~ /^[0-9]+$/) ? "rdmx_stats_t recv_mem_bytes" : "registered MR bytes" }
+       END { if (lo == "") exit
+             printf "UD receive memory flat in peers: %s (%s: %.2f .. %.2f MB over np%s)\n\n",
+                    (hi <= lo * 1.05) ? "yes" : "NO", src, lo / 1e6, hi / 1e6, nps }' "$rows"
+}
+
+# ---- headline ratios against the MTL issue's targets -------------------------------------------
+headline() {
+  awk -v lat="$data/osu_latency.dat" -v bw="$data/osu_bw.dat" '
+    function num(x) { return x ~ /^[0-9.]+([eE][-+]?[0-9]+)?$/ }
+    function r(a, b) { return (num(a) && num(b) && b + 0 > 0) ? a / b : -1 }
+    function show(x) { return x < 0 ? "n/a" : sprintf("%.2f", x) }
+    BEGIN {
+      while ((getline l < lat) > 0) { split(l, a, " "); if (a[1] == 8) { lrc = r(a[2], a[4]); lud = r(a[3], a[4]) } }
+      while ((getline l < bw) > 0) {
+        split(l, a, " "); if (a[1] !~ /^[0-9]+$/) continue
+        if (a[1] == 8) { brc = r(a[2], a[4]); bud = r(a[3], a[4]) }
+        if (a[1] >= 8192) { x = r(a[2], a[4]); if (x >= 0 && (minrc == "" || x < minrc)) { minrc = x; atrc = a[1] }
+                            if (x < 0 && num(a[4])) missing = missing " " a[1] }
+      }
+      print "| figure (rdmx / UCX) | RC | UD | target |"
+      print "|---|---:|---:|---|"
+      print "| 8 B latency | " show(lrc) " | " show(lud) " | <= 0.9 |"
+      print "| 8 B bandwidth (message rate) | " show(brc) " | " show(bud) " | >= 1.3 |"
+      printf "| lowest bandwidth ratio from 8 KiB up (RC) | %s%s | | >= 1.0 |\n", (minrc == "" ? "n/a" : sprintf("%.2f", minrc)), (minrc == "" ? "" : " at " atrc " B")
+      if (missing != "") print "\nRC sizes from 8 KiB up without a figure (fail): " missing
+      print ""
+    }'
+}
+
+{
+  echo "# rdmx demo report"
+  echo
+  echo "Same MPI programs (bench/osu, OSU micro-benchmark conventions) over each stack, in one boot."
+  echo 'Latency: half round trip, mean (us); bandwidth: MB/s with MB = 10^6 B. `fail`: the stack'
+  echo 'refused or corrupted that size (or died at it); `-`: not measured. Ratios: rdmx / UCX (for'
+  echo 'latency lower is better, for bandwidth higher is better).'
+  echo
+  echo '```'
+  cat "$out/run-info.txt" 2>/dev/null
+  [ -f "$out/host-info.txt" ] && cat "$out/host-info.txt"
+  echo '```'
+  echo
+  echo "## Headline (issue 5 targets)"
+  echo
+} >"$md"
+{
+  echo "## Tables"
+  echo
+  table osu_latency 2 ib_send_lat "osu_latency: latency (us), np 2"
+  table osu_bw 2 ib_write_bw "osu_bw: bandwidth (MB/s), window 64, np 2"
+  table osu_bibw 2 "" "osu_bibw: bi-directional bandwidth (MB/s), window 64, np 2"
+  table osu_mbw_mr 2 "" "osu_mbw_mr: aggregate bandwidth (MB/s), 2 pairs, np 4"
+  table osu_mbw_mr 3 "" "osu_mbw_mr: aggregate message rate (messages/s), 2 pairs, np 4" \
+    osu_mbw_mr_rate
+  table osu_multi_lat 2 "" "osu_multi_lat: latency (us), 2 pairs at once, np 4"
+  table osu_latency_mt 2 "" "osu_latency_mt: latency (us), 2 threads per rank, MPI_THREAD_MULTIPLE"
+  echo "## Scale"
+  echo
+  scale
+} >"$out/tables.md"
+headline >>"$md"
+cat "$out/tables.md" >>"$md"
+rm -f "$out/tables.md"
+
+plot osu_latency "latency (us)" "osu_latency: half round trip (log axes)"
+plot osu_bw "bandwidth (MB/s)" "osu_bw: window 64 (log axes)"
+plot osu_bibw "bandwidth (MB/s)" "osu_bibw (log axes)"
+plot osu_mbw_mr "aggregate bandwidth (MB/s)" "osu_mbw_mr, 2 pairs (log axes)"
+plot osu_multi_lat "latency (us)" "osu_multi_lat, 2 pairs (log axes)"
+plot osu_latency_mt "latency (us)" "osu_latency_mt, 2 threads per rank (log axes)"
+{
+  echo "## Plots"
+  echo
+  for p in osu_latency osu_bw osu_bibw osu_mbw_mr osu_multi_lat osu_latency_mt; do
+    [ -f "$out/$p.png" ] && echo "![$p]($p.png)"
+  done
+  echo
+  echo "Raw outputs (program stdout and stderr, perftest, steps.txt with exit codes and seconds): raw/."
+} >>"$md"

@@ -1,0 +1,124 @@
+/*
+ * A peer that dies: the survivor's pending requests to it must fail within a bounded time
+ * instead of hanging. Rank 1 kills itself (SIGKILL: no MPI_Finalize, no goodbye) once connected;
+ * rank 0 then posts a receive from it, eager sends and a synchronous send to it and checks
+ * that the Issend and the Irecv complete with an error (MPI_ERRORS_RETURN) and nothing is still
+ * pending after RDMX_DEADPEER_BOUND seconds
+ * (default 90; the transport's peer timeout is set lower by the test). Run with mpirun options
+ * that let the job go on after a rank dies (tests/mpi/CMakeLists.txt). Rank 0 prints
+ * "PASS mpi_deadpeer ..." and leaves with _exit(0): MPI_Finalize would wait for the dead rank.
+ */
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NSENDS 32
+
+static void fail(const char* what) {
+  fprintf(stderr, "mpi_deadpeer: FAIL: %s\n", what);
+  fflush(stderr);
+  _exit(1);
+}
+
+static const char* err_text(int rc, char* buf) {
+  int n = 0;
+  MPI_Error_string(rc, buf, &n);
+  return buf;
+}
+
+int main(int argc, char** argv) {
+  static char payload[NSENDS][256]; /* eager on rc and on ud (one packet) */
+  MPI_Request req[NSENDS + 2]; /* sends, Issend, Irecv */
+  int done[NSENDS + 2];
+  int errors[NSENDS + 2];
+  int inbox = 0;
+  int rank, size, i, ping = 0, left, failed = 0;
+  double t0, bound;
+  char text[MPI_MAX_ERROR_STRING];
+  const char* env = getenv("RDMX_DEADPEER_BOUND");
+  bound = env != NULL ? atof(env) : 90.0;
+
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  alarm((unsigned)bound + 60); /* whatever happens, never hang the test */
+  if (size != 2) {
+    fail("run with -np 2");
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  /* Connected both ways before the death. */
+  if (MPI_SUCCESS != MPI_Sendrecv_replace(&ping, 1, MPI_INT, 1 - rank, 1, 1 - rank, 1,
+                                          MPI_COMM_WORLD, MPI_STATUS_IGNORE)) {
+    fail("ping before the death");
+  }
+  if (MPI_SUCCESS != MPI_Barrier(MPI_COMM_WORLD)) {
+    fail("barrier before the death");
+  }
+  if (rank == 1) {
+    raise(SIGKILL);
+  }
+  sleep(1); /* rank 1 is gone by now */
+
+  t0 = MPI_Wtime();
+  errors[NSENDS + 1] = MPI_Irecv(&inbox, 1, MPI_INT, 1, 5, MPI_COMM_WORLD, &req[NSENDS + 1]);
+  done[NSENDS + 1] = errors[NSENDS + 1] != MPI_SUCCESS;
+  for (i = 0; i < NSENDS; ++i) {
+    memset(payload[i], i, sizeof(payload[i]));
+    errors[i] =
+        MPI_Isend(payload[i], (int)sizeof(payload[i]), MPI_BYTE, 1, 2, MPI_COMM_WORLD, &req[i]);
+    done[i] = errors[i] != MPI_SUCCESS;
+  }
+  errors[NSENDS] = MPI_Issend(&ping, 1, MPI_INT, 1, 3, MPI_COMM_WORLD, &req[NSENDS]);
+  done[NSENDS] = errors[NSENDS] != MPI_SUCCESS;
+  do {
+    left = 0;
+    for (i = 0; i <= NSENDS + 1; ++i) {
+      int flag = 0;
+      MPI_Status st;
+      if (done[i]) {
+        continue;
+      }
+      errors[i] = MPI_Test(&req[i], &flag, &st);
+      if (flag || errors[i] != MPI_SUCCESS) {
+        done[i] = 1;
+      } else {
+        ++left;
+      }
+    }
+    if (left > 0 && MPI_Wtime() - t0 > bound) {
+      fprintf(stderr,
+              "mpi_deadpeer: %d of %d requests to the dead rank still pending after %.0f s\n", left,
+              NSENDS + 2, bound);
+      fail("pending requests to a dead peer hang");
+    }
+  } while (left > 0);
+  for (i = 0; i <= NSENDS + 1; ++i) {
+    failed += errors[i] != MPI_SUCCESS;
+  }
+  printf("mpi_deadpeer: %d of %d requests with the dead rank failed after %.1f s (Issend: %s)\n",
+         failed, NSENDS + 2, MPI_Wtime() - t0,
+         errors[NSENDS] != MPI_SUCCESS ? err_text(errors[NSENDS], text) : "succeeded");
+  if (errors[NSENDS] == MPI_SUCCESS) {
+    fail("an Issend to a dead rank reported success (nobody matched it)");
+  }
+  if (errors[NSENDS + 1] == MPI_SUCCESS) {
+    fail("an Irecv from a dead rank reported success (it never sent)");
+  }
+  /* Once the peer is known dead, a new send fails at once. */
+  t0 = MPI_Wtime();
+  if (MPI_SUCCESS == MPI_Send(&ping, 1, MPI_INT, 1, 4, MPI_COMM_WORLD)) {
+    fail("MPI_Send to a rank known dead reported success");
+  }
+  if (MPI_SUCCESS == MPI_Recv(&inbox, 1, MPI_INT, 1, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE)) {
+    fail("MPI_Recv from a rank known dead reported success");
+  }
+  if (MPI_Wtime() - t0 > 5.0) {
+    fail("MPI_Send / MPI_Recv with a rank known dead took more than 5 s to fail");
+  }
+  printf("PASS mpi_deadpeer (np 2)\n");
+  fflush(stdout);
+  _exit(0);
+}
