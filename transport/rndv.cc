@@ -10,9 +10,9 @@
 //       class's SRQ. At most max_rc_peers of them (RDMX_MAX_RC_PEERS); when another is needed
 //       the least recently used idle one is retired (kOpWrClose, best effort). When every one is
 //       busy, or the peer refuses (it is at its own cap), the transfer takes the copy path.
-//       Every CTS carries (header aux) the QPN of the receiver's write QP, so a sender whose QP
-//       points at a QP the receiver has since retired (its close was lost) notices and
-//       reconnects instead of writing into nothing.
+//       Every CTS carries (header aux) the QPN of the receiver's write QP (0: none yet), so a
+//       sender whose QP points at another QP of the receiver (it retired ours, its close was
+//       lost) notices and reconnects instead of writing into nothing.
 #include <random>
 
 #include "transport/worker.h"
@@ -245,10 +245,14 @@ void Worker::on_rndv_message(Peer& peer, const protocol::MsgHeader& h, const std
                              const std::byte* payload) {
   switch (static_cast<protocol::MsgKind>(h.kind)) {
     case protocol::MsgKind::kCts:
-      if (ud_mode_ && peer.wr_state == WriteQpState::kReady && peer.wr_remote_qpn != h.aux) {
+      if (ud_mode_ && peer.wr_state == WriteQpState::kReady && h.aux != 0 &&
+          peer.wr_remote_qpn != h.aux) {
         // The receiver's write QP for us is not the one ours is connected to: it retired that
         // connection (and its close was lost or is still on its way). Reconnect rather than
-        // write into nothing.
+        // write into nothing. aux 0 says nothing: the receiver had no write QP for us when it
+        // posted the CTS, and may have made the one we are connected to since (its request
+        // travels on the control QP and can overtake the CTS): retiring ours then would break
+        // the peer's writes in flight (seen with transfers both ways at once).
         if (config_.verbose >= 1) {
           std::fprintf(stderr, "rdmx: RC write connection to %016llx is stale: reconnecting\n",
                        static_cast<unsigned long long>(peer.uid));
