@@ -24,8 +24,9 @@ namespace rdmx::eager {
 class SendQueue {
  public:
   SendQueue() = default;
-  SendQueue(ibv_qp* qp, std::uint32_t depth, std::uint32_t signal_every) noexcept
-      : qp_(qp), depth_(depth), signal_every_(signal_every) {}
+  SendQueue(ibv_qp* qp, std::uint32_t depth, std::uint32_t signal_every,
+            std::uint32_t reserve = 0) noexcept
+      : qp_(qp), depth_(depth), reserve_(reserve), signal_every_(signal_every) {}
 
   ibv_qp* qp() const noexcept { return qp_; }
   // Unsignalled WRs posted since the last signalled one: nothing will retire them until the
@@ -47,6 +48,9 @@ class SendQueue {
     std::uint16_t seq = 0;
     void* peer = nullptr;
     std::uint64_t cookie = 0;  // SendDesc::cookie
+    // May use the reserve above `depth` (the QP was created with depth + reserve WRs): for the
+    // rare control WR that must go out when the queue is full (a flush or a doorbell kick).
+    bool use_reserve = false;
   };
 
   // Posts one WR (wr.next must be null). Takes a descriptor and a credit, sets wr_id and the
@@ -57,7 +61,8 @@ class SendQueue {
       return ESHUTDOWN;
     }
     std::uint32_t d = 0;
-    if (outstanding_ >= depth_ || !pool.alloc_desc(&d)) [[unlikely]] {
+    const std::uint32_t limit = p.use_reserve ? depth_ + reserve_ : depth_;
+    if (outstanding_ >= limit || !pool.alloc_desc(&d)) [[unlikely]] {
       return EAGAIN;
     }
     const bool signal = p.want_signal || unsignaled_run_ + 1 >= signal_every_ ||
@@ -140,6 +145,7 @@ class SendQueue {
  private:
   ibv_qp* qp_ = nullptr;
   std::uint32_t depth_ = 0;
+  std::uint32_t reserve_ = 0;
   std::uint32_t signal_every_ = 16;
   std::uint32_t outstanding_ = 0;
   std::uint32_t unsignaled_run_ = 0;

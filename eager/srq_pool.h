@@ -5,8 +5,10 @@
 // - The pool owns depth + spare buffers. At most `depth` are posted; the spares let the
 //   transport keep a buffer whose message cannot be delivered yet (unexpected, or early in
 //   sequence) without the SRQ running short: hold() takes it out of circulation and the next
-//   refill posts a spare in its place. Holding is allowed only while can_hold() is true, so a
-//   refill batch is always left; after that the caller copies out and release()s.
+//   refill posts a spare in its place. Holding is allowed only while can_hold() is true: the
+//   buffers still in circulation (posted + free) must cover the full depth, so held buffers
+//   never shrink the SRQ (receive credits granted against `depth` stay backed); after that the
+//   caller copies out and release()s.
 // - Low watermark: the SRQ limit is armed at `watermark`; IBV_EVENT_SRQ_LIMIT_REACHED (one-shot)
 //   forces a refill of every free buffer and re-arms. Ordinary refills happen from progress as
 //   soon as a batch of buffers is free, so the event is the safety net, not the mechanism.
@@ -109,7 +111,9 @@ class SrqPool {
   void release(std::uint32_t index) noexcept { free_[free_count_++] = index; }
   // The caller keeps the buffer for now; counts it. Only when can_hold().
   void note_held() noexcept { ++counters_.held; }
-  bool can_hold() const noexcept { return free_count_ > params_.batch; }
+  // Counts every buffer the caller has not released yet (this one, and the rest of a poll batch)
+  // as out of circulation: holding never leaves fewer than `depth` buffers to post.
+  bool can_hold() const noexcept { return posted_now_ + free_count_ >= params_.depth; }
 
   // Posts free buffers (one chained post) when at least a batch is free, or whenever the
   // posted level is at or below the watermark, or with force. Returns buffers posted, or

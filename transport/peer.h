@@ -64,7 +64,22 @@ struct Peer {
   std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> rc_qp;
   std::array<eager::SendQueue, kNumClasses> rc_sq;
   std::array<std::uint32_t, kNumClasses> rc_psn{};
-  bool rc_ready = false;
+  // RC credits (receiver-driven flow control, so that senders do not flood a shared SRQ into
+  // RNR storms): we may send Seq s while seq_lt(s, rc_credit_limit); the peer raises the limit
+  // in the ack field of its messages and in stand-alone kAcks. rc_granted is the limit we last
+  // gave the peer.
+  protocol::Seq rc_credit_limit = 0;
+  protocol::Seq rc_granted = 0;
+  bool rc_grant_due = false;  // a grant (kAck) goes out from flush_peer, after the refill
+  bool rc_ready = false;      // our side can receive: RC QPs in RTR/RTS (UD: address known)
+  bool peer_ready = false;    // the peer said so too (its REPLY): data may flow
+  // RC watchdog: send completions seen, and the snapshot the watchdog last compared with. A
+  // peer whose sends make no progress for peer_timeout_ms is declared dead even if the device
+  // never reports the retry exhaustion (rxe on 6.1 did not, for a killed peer).
+  std::uint64_t rc_completions = 0;
+  std::uint64_t rc_watch_completions = 0;
+  std::uint64_t rc_watch_since_us = 0;
+  bool rc_kicked = false;
   ibv_mtu path_mtu = IBV_MTU_1024;
   // UD: where to send.
   std::unique_ptr<verbs::AddressHandle> ah;
@@ -87,6 +102,12 @@ struct Peer {
   std::unique_ptr<protocol::SendWindow> ud_tx;
   std::unique_ptr<protocol::AckPolicy> ud_ack;
   bool ud_timer_listed = false;
+  // UD congestion window (AIMD, below the reliability window): halved on a retransmission
+  // timeout, +1 per window of acknowledged messages. Keeps an incast from overflowing the
+  // receiver's SRQs with packets that are then dropped and resent.
+  std::uint32_t ud_cwnd = 0;
+  std::uint32_t ud_cwnd_acked = 0;
+  bool ud_acked_since_rto = false;  // only then does an RTO expiry halve the window
 
   // Sends waiting for the connection or for resources (intrusive FIFO, no allocation).
   Request* pending_head = nullptr;

@@ -14,6 +14,7 @@
 // application's backlog (as MPI requires), the receive queues do not.
 #include <poll.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -142,6 +143,12 @@ int Worker::progress() {
   // event has probably fired and must be acknowledged and re-armed).
   if ((++progress_calls_ & 63) == 0 || low) [[unlikely]] {
     handle_async_events();
+    if (!ud_mode_) {
+      const std::uint64_t now = now_us();
+      if (now >= next_watchdog_us_) {
+        run_rc_watchdog(now);
+      }
+    }
   }
   if (next_ud_timer_us_ != protocol::kNoDeadline ||
       next_connect_timer_us_ != protocol::kNoDeadline) {
@@ -178,11 +185,18 @@ int Worker::wait(Request* r, rdmx_status_t* status, int timeout_ms) {
     if (rc < 0) {
       return rc;
     }
-    // Oversubscribed (more busy processes than CPUs, e.g. an emulated guest): a waiter that
-    // finds nothing to do lets the peer it waits for run.
-    if (rc == 0 && ++idle >= kYieldAfterIdle) [[unlikely]] {
+    // Oversubscribed (more busy processes than CPUs: an emulated guest, an incast test): a
+    // waiter that keeps finding nothing to do yields, then naps, so the process it waits for
+    // (or the kernel's RDMA work) gets the CPU. Any event resets it to spinning.
+    if (rc != 0) {
       idle = 0;
-      sched_yield();
+    } else if (++idle >= kYieldAfterIdle) [[unlikely]] {
+      if (idle >= kNapAfterIdle) {
+        const timespec nap{.tv_sec = 0, .tv_nsec = kNapNs};
+        nanosleep(&nap, nullptr);
+      } else if (idle % kYieldAfterIdle == 0) {
+        sched_yield();
+      }
     }
     if (timeout_ms >= 0 && (++spins & 255) == 0 && r->state != ReqState::kDone &&
         std::chrono::steady_clock::now() >= deadline) {
@@ -277,6 +291,9 @@ void Worker::on_send_completion(const ibv_wc& wc) {
       std::fprintf(stderr, "rdmx: send failed: %s\n", ibv_wc_status_str(wc.status));
     }
   }
+  if (desc.peer != nullptr && !ud_mode_) {
+    ++static_cast<Peer*>(desc.peer)->rc_completions;
+  }
   (void)desc.queue->complete(pool, id.slot, [](eager::SendDesc& d) {
     if (d.sequenced && d.peer != nullptr) {
       Peer* p = static_cast<Peer*>(d.peer);
@@ -369,11 +386,13 @@ void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_
       std::fprintf(stderr, "rdmx: dropped a malformed message (%zu bytes, src_ep %u)\n", length,
                    h.src_ep);
     }
+    ++stat_dropped_malformed_;
     pool.release(buf);
     return;
   }
   Peer& p = *peers_[h.src_ep];
   if (!p.rx) [[unlikely]] {
+    ++stat_dropped_foreign_;
     pool.release(buf);
     return;
   }
@@ -381,12 +400,21 @@ void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_
   std::uint64_t now = 0;
   if (ud_mode_) {
     if (wc.src_qp != p.address.ud_qpn[0] && wc.src_qp != p.address.ud_qpn[1]) [[unlikely]] {
+      ++stat_dropped_foreign_;
       pool.release(buf);
       return;
     }
     now = now_us();
     if ((h.flags & protocol::kFlagAckValid) != 0) {
       on_ud_ack(p, h.ack, now);
+    }
+    if (kind == protocol::MsgKind::kAck) {
+      pool.release(buf);
+      return;
+    }
+  } else {
+    if ((h.flags & protocol::kFlagAckValid) != 0) {
+      on_rc_credits(p, h.ack);
     }
     if (kind == protocol::MsgKind::kAck) {
       pool.release(buf);
@@ -411,6 +439,9 @@ void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_
       dh.aux = d->aux;
       dh.payload_length = d->length;
       deliver(p, d, dh, d->body.data(), d->data, d->pool, d->buf);
+    }
+    if (!ud_mode_) {
+      maybe_grant(p);
     }
     return;
   }

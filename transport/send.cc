@@ -41,6 +41,33 @@ constexpr std::uint32_t sync_cookie(std::uint16_t thread, std::uint8_t gen, std:
 
 }  // namespace
 
+bool Worker::header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
+                            eager::SendQueue::Post* post, ibv_sge* sge, ibv_send_wr* wr) const {
+  // Inline when the device allows (the provider copies `h` at post time), else from a bounce
+  // buffer whose completion frees it (signalled).
+  *sge = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(&h),
+                 .length = static_cast<std::uint32_t>(protocol::kHeaderSize),
+                 .lkey = 0};
+  *wr = ibv_send_wr{};
+  wr->opcode = IBV_WR_SEND;
+  wr->sg_list = sge;
+  wr->num_sge = 1;
+  if (protocol::kHeaderSize <= max_inline_) {
+    wr->send_flags = IBV_SEND_INLINE;
+    return true;
+  }
+  if (!pool.alloc_buffer(0, &post->buf)) {
+    return false;
+  }
+  post->buf_class = 0;
+  post->want_signal = true;
+  std::byte* data = pool.buffer(0, post->buf);
+  protocol::store_wire(data, h);
+  sge->addr = reinterpret_cast<std::uintptr_t>(data);
+  sge->lkey = pool.lkey();
+  return true;
+}
+
 std::uint64_t Worker::now_us() const noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -61,6 +88,69 @@ Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind, std:
                   : post_rc(peer, h, body, body_length, payload, length);
 }
 
+std::uint32_t Worker::rc_credit_window() const noexcept {
+  // Every peer that may send to us shares the SRQ: count the endpoints we know (rdmx_ep_create
+  // makes them before any connection completes), the connected ones and the application's
+  // hint. Half of the refilled depth goes to data credits, the rest absorbs the uncredited
+  // kAcks and the refill lag, so a credited sender never meets an empty SRQ (no RNR NAK).
+  const std::uint32_t peers =
+      std::max({rc_connected_peers_, static_cast<std::uint32_t>(peers_.size()),
+                config_.expected_peers, std::uint32_t{1}});
+  const std::uint32_t usable = res_.srq_depth - std::min(res_.srq_depth, res_.refill_batch);
+  return std::clamp<std::uint32_t>(usable / (2 * peers), kRcMinCredits, kRcMaxCredits);
+}
+
+protocol::Seq Worker::grant_credits(Peer& peer) noexcept {
+  // The peer may send until rx->expected() + window; never take back what was granted.
+  const protocol::Seq limit = protocol::seq_add(peer.rx->expected(), rc_credit_window());
+  if (protocol::seq_gt(limit, peer.rc_granted)) {
+    peer.rc_granted = limit;
+  }
+  return peer.rc_granted;
+}
+
+void Worker::maybe_grant(Peer& peer) {
+  // Once the peer has used half of its credits, grant more, but only from flush_peer, after
+  // this progress call has refilled the SRQs: a grant sent before the buffers of the messages
+  // just consumed are reposted could let the peer's next messages meet an empty SRQ.
+  const auto left = protocol::seq_diff(peer.rc_granted, peer.rx->expected());
+  if (left <= static_cast<std::int32_t>(rc_credit_window() / 2) && !peer.rc_grant_due) {
+    peer.rc_grant_due = true;
+    list_for_flush(peer);
+  }
+}
+
+bool Worker::post_rc_ack(Peer& peer) {
+  protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kAck);
+  h.src_ep = peer.remote_index;
+  h.flags = protocol::kFlagAckValid;
+  h.ack = grant_credits(peer);
+  eager::SendPool& pool = *threads_[0].send;
+  // The reserve: a grant must go out even when data fills the send queue, or both sides could
+  // wait for each other's credits.
+  eager::SendQueue::Post post{
+      .kind = protocol::WrKind::kControl, .peer = &peer, .use_reserve = true};
+  ibv_sge sge{};
+  ibv_send_wr wr{};
+  if (!header_only_wr(pool, h, &post, &sge, &wr)) {
+    return false;
+  }
+  const int rc = peer.rc_sq[0].post(pool, wr, post);
+  if (rc != 0 && post.buf_class != eager::kNoBuffer) {
+    pool.release_unused(0, post.buf);
+  }
+  return rc == 0;
+}
+
+void Worker::on_rc_credits(Peer& peer, protocol::Seq limit) {
+  if (protocol::seq_gt(limit, peer.rc_credit_limit)) {
+    peer.rc_credit_limit = limit;
+    if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+      list_for_flush(peer);
+    }
+  }
+}
+
 bool Worker::post_rc_flush(Peer& peer, int cls) {
   // A zero-length RDMA write (no memory touched, no rkey checked: IBTA C9-88) that is signalled
   // and consumes no receive buffer at the peer: its completion retires the unsignalled sends
@@ -70,7 +160,10 @@ bool Worker::post_rc_flush(Peer& peer, int cls) {
   wr.num_sge = 0;
   const int rc = peer.rc_sq[cls].post(
       *threads_[0].send, wr,
-      eager::SendQueue::Post{.kind = protocol::WrKind::kControl, .want_signal = true});
+      eager::SendQueue::Post{.kind = protocol::WrKind::kControl,
+                             .want_signal = true,
+                             .peer = &peer,  // its completion is progress for the watchdog
+                             .use_reserve = true});
   return rc == 0;
 }
 
@@ -90,11 +183,17 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
       (void)post_rc_flush(peer, other);
     }
   }
-  if (!peer.rc_guard->can_send() || !sq.has_room()) [[unlikely]] {
+  if (!peer.rc_guard->can_send() ||
+      !protocol::seq_lt(peer.rc_guard->next(), peer.rc_credit_limit) || !sq.has_room())
+      [[unlikely]] {
     return PostResult::kNoResource;
   }
   eager::SendPool& pool = *threads_[0].send;
   h.seq = peer.rc_guard->next();
+  // Every RC message repeats our current credit grant for the reverse direction (new credits
+  // are granted only after a refill: maybe_grant).
+  h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
+  h.ack = peer.rc_granted;
   const std::size_t total = protocol::kHeaderSize + wire;
   ibv_sge sge[2];
   ibv_send_wr wr{};
@@ -158,7 +257,7 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = ud_sq_[cls];
   protocol::SendWindow& win = *peer.ud_tx;
-  if (!win.can_send() || !sq.has_room()) [[unlikely]] {
+  if (!win.can_send() || win.in_flight() >= peer.ud_cwnd || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
   eager::SendPool& pool = *threads_[0].send;
@@ -170,7 +269,9 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   h.seq = win.next_seq();
   h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
   h.ack = peer.rx->cumulative_ack();
-  if (win.in_flight() + 1 >= kUdWindow * 3 / 4) {
+  // The message that fills the congestion window asks for an ack at once, so the sender does
+  // not idle for the receiver's delayed ack.
+  if (win.in_flight() + 1 >= peer.ud_cwnd) {
     h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckRequest);
   }
   // UD keeps a copy for retransmission until the ack.
@@ -264,25 +365,10 @@ bool Worker::post_ud_ack(Peer& peer) {
   h.ack = peer.rx->cumulative_ack();
   eager::SendPool& pool = *threads_[0].send;
   eager::SendQueue::Post post{.kind = protocol::WrKind::kControl};
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(&h),
-              .length = static_cast<std::uint32_t>(protocol::kHeaderSize),
-              .lkey = 0};
+  ibv_sge sge{};
   ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  if (protocol::kHeaderSize <= max_inline_) {
-    wr.send_flags = IBV_SEND_INLINE;
-  } else {
-    if (!pool.alloc_buffer(0, &post.buf)) {
-      return false;
-    }
-    post.buf_class = 0;
-    post.want_signal = true;
-    std::byte* data = pool.buffer(0, post.buf);
-    protocol::store_wire(data, h);
-    sge.addr = reinterpret_cast<std::uintptr_t>(data);
-    sge.lkey = pool.lkey();
+  if (!header_only_wr(pool, h, &post, &sge, &wr)) {
+    return false;
   }
   wr.wr.ud.ah = peer.ah->get();
   wr.wr.ud.remote_qpn = peer.address.ud_qpn[0];
@@ -325,9 +411,20 @@ void Worker::run_ud_timers(std::uint64_t now) {
     // after a gap, so once the gap is filled its cumulative ack covers the rest, which then
     // never needs resending. A larger loss takes a few more expiries.
     std::uint32_t burst = 0;
+    const bool expired = now >= p.ud_tx->deadline_us();
     (void)p.ud_tx->due_for_retransmit(now, [&](protocol::Seq, std::uint32_t slot) {
       return burst++ < kUdResendBurst && resend_ud(p, slot);
     });
+    // Congestion is loss while the receiver keeps acknowledging. A receiver that acknowledged
+    // nothing since the last expiry is not progressing (or is gone): shrinking the window then
+    // would only make more standard sends wait for it; the RTO backoff handles that case.
+    if (expired && p.ud_acked_since_rto) {
+      p.ud_cwnd = std::max(kUdCwndMin, p.ud_cwnd / 2);
+      p.ud_cwnd_acked = 0;
+    }
+    if (expired) {
+      p.ud_acked_since_rto = false;
+    }
     if (p.ud_ack->ack_due(now)) {
       (void)post_ud_ack(p);
     }
@@ -342,11 +439,83 @@ void Worker::run_ud_timers(std::uint64_t now) {
   next_ud_timer_us_ = next;
 }
 
+void Worker::run_rc_watchdog(std::uint64_t now) {
+  next_watchdog_us_ = now + kWatchdogPeriodUs;
+  const std::uint64_t timeout_us = std::uint64_t{config_.peer_timeout_ms} * 1000;
+  for (auto& p : peers_) {
+    if (p->state != PeerState::kConnected || !p->rc_ready) {
+      continue;
+    }
+    if (p->rc_watch_since_us == 0) {  // first look at this peer: the wait starts now
+      p->rc_watch_since_us = now;
+      p->rc_watch_completions = p->rc_completions;
+      continue;
+    }
+    // Only a signalled WR is sure to complete: a QP whose outstanding WRs are all unsignalled
+    // (an idle connection's tail) gets a flush write, and the wait starts now.
+    bool busy = false;
+    bool kicked = false;
+    for (int c = 0; c < kNumClasses; ++c) {
+      const eager::SendQueue& sq = p->rc_sq[c];
+      if (sq.outstanding() > sq.unsignaled_tail()) {
+        busy = true;
+      } else if (sq.unsignaled_tail() != 0) {
+        kicked |= post_rc_flush(*p, c);
+      }
+    }
+    // Out of credits with nothing in flight: only the peer's grant can move us, and a dead
+    // peer sends none. A signalled zero-length write probes it: a live peer completes it even
+    // while its application is busy, a dead one never does (or fails it).
+    if (!busy && !kicked && p->pending_head != nullptr && p->rc_sq[0].outstanding() == 0 &&
+        !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit)) {
+      busy = post_rc_flush(*p, 0);
+    }
+    if (!busy || kicked || p->rc_completions != p->rc_watch_completions) {
+      p->rc_watch_completions = p->rc_completions;
+      p->rc_watch_since_us = now;
+      p->rc_kicked = false;
+      continue;
+    }
+    // rxe (6.1) can leave an RC requester stalled after RNR NAKs although the peer has
+    // receive buffers again; a new WR rings its doorbell and sets it going. Harmless elsewhere.
+    if (now - p->rc_watch_since_us >= kStallKickUs && !p->rc_kicked) {
+      for (int c = 0; c < kNumClasses; ++c) {
+        if (p->rc_sq[c].outstanding() != 0) {
+          p->rc_kicked |= post_rc_flush(*p, c);
+        }
+      }
+      ++stat_rc_kicks_;
+    }
+    if (now - p->rc_watch_since_us >= timeout_us) {
+      // Flush what is stuck so every wr_id comes back, then fail the peer's requests.
+      for (int c = 0; c < kNumClasses; ++c) {
+        p->rc_sq[c].close();
+        try {
+          p->rc_qp[c]->to_error();
+        } catch (const verbs::Error& e) {
+          verbs::log_verb_failure(e.verb(), e.errnum(), "watchdog: QP to ERR");
+        }
+      }
+      fail_peer(*p, RDMX_ERR_UNREACHABLE, "no RC send completed within peer_timeout_ms");
+    }
+  }
+}
+
 void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
   eager::SendPool& pool = *threads_[0].send;
+  std::uint32_t freed = 0;
   (void)peer.ud_tx->on_ack(ack, now, [&](protocol::Seq, std::uint32_t slot) {
     pool.unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
+    ++freed;
   });
+  if (freed != 0) {
+    peer.ud_acked_since_rto = true;
+    peer.ud_cwnd_acked += freed;
+    if (peer.ud_cwnd_acked >= peer.ud_cwnd && peer.ud_cwnd < kUdWindow) {
+      peer.ud_cwnd_acked -= peer.ud_cwnd;
+      ++peer.ud_cwnd;
+    }
+  }
   if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
     list_for_flush(peer);
   }
@@ -417,6 +586,9 @@ void Worker::flush_peer(Peer& peer) {
   if (peer.state != PeerState::kConnected) {
     return;
   }
+  if (peer.rc_grant_due && post_rc_ack(peer)) {
+    peer.rc_grant_due = false;
+  }
   std::size_t done = 0;
   for (; done < peer.pending_match_acks.size(); ++done) {
     const PostResult r = post_message(peer, protocol::MsgKind::kMatchAck, 0,
@@ -453,7 +625,7 @@ void Worker::flush_listed_peers() {
     Peer& p = *flush_list_[i];
     flush_peer(p);
     if (p.state == PeerState::kConnected &&
-        (p.pending_head != nullptr || !p.pending_match_acks.empty())) {
+        (p.pending_head != nullptr || !p.pending_match_acks.empty() || p.rc_grant_due)) {
       flush_list_[keep++] = &p;
     } else {
       p.flush_listed = false;
@@ -518,6 +690,9 @@ void Worker::fail_peer(Peer& peer, int code, const char* why) {
   if (config_.verbose >= 1 || (!closing_ && pending)) {
     std::fprintf(stderr, "rdmx: peer %016llx unreachable: %s\n",
                  static_cast<unsigned long long>(peer.uid), why);
+  }
+  if (peer.state == PeerState::kConnected && !ud_mode_ && rc_connected_peers_ > 0) {
+    --rc_connected_peers_;
   }
   set_state(peer, PeerState::kFailed);
   fail_pending(peer, code);

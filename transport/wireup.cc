@@ -8,17 +8,22 @@
 //   kConnect{REQUEST, its index for the responder,
 //            its RC QPNs/PSNs, its whole address}  ->  finds or creates the peer (an implicit
 //   retransmitted with backoff until answered          endpoint), creates its RC QPs, moves them
-//   or peer_timeout_ms passes (then UNREACHABLE)       to RTR/RTS against the requester's QPNs,
+//   or peer_timeout_ms passes (then UNREACHABLE)       to RTR/RTS against the requester's QPNs
 //                                                  <-  kConnect{REPLY, its index, its QPNs/PSNs}
-//   RTR/RTS against the responder's QPNs;              (every REQUEST is answered the same way:
-//   queued sends go out                                idempotent, so a lost REPLY only costs a
-//                                                      retransmission)
+//   RTR/RTS against the responder's QPNs,              (then waits for the requester's REPLY,
+//   kConnect{REPLY}: "my QPs are ready too"        ->  asking again if it does not come)
+//   connected: queued sends go out                     connected: queued sends go out
+//
+// A side sends data only after the peer's REPLY, which the peer sends only once its own QPs are
+// in RTR: data that reached a QP still in INIT would be dropped, and rxe (6.1) does not reliably
+// retransmit it (the RC QP then stalls). Every REQUEST is answered with a REPLY, so a lost
+// message only costs a retransmission.
 //
 // Both sides connecting at once works too: each side's REQUEST finds the other already holding
-// QPs for it, so each connects its existing QPs and replies. In UD mode the same exchange only
-// trades endpoint indices (the UD QPNs are in the blob); the data QPs then carry everything.
-// A worker that is destroyed sends kDisconnect (best effort) so its peers fail its sends at once
-// instead of after peer_timeout_ms.
+// QPs for it, so each connects its existing QPs and replies; each REPLY then completes it. In UD
+// mode the same exchange only trades endpoint indices (the UD QPNs are in the blob); the data QPs
+// then carry everything. A worker that is destroyed sends kDisconnect (best effort) so its peers
+// fail its sends at once instead of after peer_timeout_ms.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -38,7 +43,7 @@ constexpr std::uint8_t kOpReply = 2;
 struct ConnectBody {
   std::uint8_t op;
   std::uint8_t transport;
-  std::uint16_t reserved;
+  std::uint16_t rc_credits;       // RC: the first credit limit the sender grants the receiver
   std::uint32_t sender_index;     // the sender's index for the receiver: src_ep to use
   std::uint64_t target_uid;       // who this is for
   std::uint64_t target_instance;  // which incarnation of it (0: not known yet)
@@ -131,6 +136,7 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
     wc.peer_timeout_us = std::uint64_t{std::max<std::uint32_t>(config_.peer_timeout_ms, 1)} * 1000;
     peer.ud_tx = std::make_unique<protocol::SendWindow>(wc);
     peer.ud_ack = std::make_unique<protocol::AckPolicy>();
+    peer.ud_cwnd = kUdCwndInitial;
   } else {
     peer.rx = std::make_unique<protocol::Sequencer>(kRcOrderWindow);
     peer.rc_guard = std::make_unique<OrderGuard>(kRcOrderWindow);
@@ -141,17 +147,17 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
 void Worker::create_rc_qps(Peer& peer) {
   std::random_device rd;
   for (int c = 0; c < kNumClasses; ++c) {
-    auto qp = std::make_unique<verbs::QueuePair>(
-        verbs::QueuePair::create(*pd_, verbs::QpConfig{.type = IBV_QPT_RC,
-                                                       .send_cq = &*send_cq_,
-                                                       .recv_cq = &*recv_cq_,
-                                                       .srq = &pools_[c]->srq_object(),
-                                                       .caps = {.max_send_wr = kRcSendDepth,
-                                                                .max_recv_wr = 0,
-                                                                .max_send_sge = 2,
-                                                                .max_recv_sge = 1,
-                                                                .max_inline_data = max_inline_},
-                                                       .sq_sig_all = false}));
+    auto qp = std::make_unique<verbs::QueuePair>(verbs::QueuePair::create(
+        *pd_, verbs::QpConfig{.type = IBV_QPT_RC,
+                              .send_cq = &*send_cq_,
+                              .recv_cq = &*recv_cq_,
+                              .srq = &pools_[c]->srq_object(),
+                              .caps = {.max_send_wr = kRcSendDepth + kRcSendReserve,
+                                       .max_recv_wr = 0,
+                                       .max_send_sge = 2,
+                                       .max_recv_sge = 1,
+                                       .max_inline_data = max_inline_},
+                              .sq_sig_all = false}));
     // REMOTE_WRITE: the zero-length write that flushes unsignalled sends (and, later, the
     // rendezvous writes) must be accepted by the responder.
     qp->to_init(
@@ -159,7 +165,7 @@ void Worker::create_rc_qps(Peer& peer) {
                           .pkey_index = 0,
                           .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
     peer.rc_psn[c] = rd() & 0xffffff;
-    peer.rc_sq[c] = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery);
+    peer.rc_sq[c] = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery, kRcSendReserve);
     peer.rc_qp[c] = std::move(qp);
   }
 }
@@ -178,10 +184,13 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
                                            .min_rnr_timer = 1,
                                            .max_dest_rd_atomic = 1,
                                            .port_num = port_});
-    // timeout 15: 134 ms per try, 7 tries: a dead peer fails sends after about 1 s.
+    // timeout 17 (0.5 s per try) and retry_cnt 7: on an incast the ACKs of a QP that keeps
+    // meeting an empty SRQ can be late many times in a row, and an RC QP that gives up fails
+    // the whole connection. rxe even treats retry_cnt 7 as "for ever"; the RC watchdog (no
+    // send completion for peer_timeout_ms) then finds dead peers.
     // rnr_retry 7: retry RNR for ever (the peer's SRQ may run dry under incast).
     peer.rc_qp[c]->to_rts(verbs::RcRtsAttr{.sq_psn = peer.rc_psn[c],
-                                           .timeout = 15,
+                                           .timeout = 17,
                                            .retry_cnt = 7,
                                            .max_rd_atomic = 1,
                                            .rnr_retry = 7});
@@ -193,13 +202,19 @@ void Worker::start_connect(Peer& peer) {
   if (!ud_mode_ && !peer.rc_qp[0]) {
     create_rc_qps(peer);
   }
+  arm_connect(peer, /*send_request=*/true);
+}
+
+void Worker::arm_connect(Peer& peer, bool send_request) {
   set_state(peer, PeerState::kConnecting);
   const std::uint64_t now = now_us();
   peer.conn_start_us = now;
   peer.conn_rto_us = kConnectRtoUs;
   peer.conn_next_us = now + peer.conn_rto_us;
-  peer.conn_tries = 1;
-  (void)send_connect(peer, kOpRequest);
+  peer.conn_tries = send_request ? 1 : 0;
+  if (send_request) {
+    (void)send_connect(peer, kOpRequest);
+  }
   if (!peer.conn_listed) {
     peer.conn_listed = true;
     connect_list_.push_back(&peer);
@@ -275,6 +290,7 @@ bool Worker::send_connect(Peer& peer, std::uint8_t op) {
   body.op = op;
   body.transport = static_cast<std::uint8_t>(ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC);
   body.sender_index = peer.index;
+  body.rc_credits = peer.rx ? grant_credits(peer) : 0;
   body.target_uid = peer.uid;
   body.target_instance = peer.remote_instance;
   for (int c = 0; c < kNumClasses; ++c) {
@@ -316,12 +332,20 @@ bool Worker::send_disconnect(Peer& peer) {
 }
 
 void Worker::on_connected(Peer& peer) {
+  if (peer.state == PeerState::kConnected) {
+    return;
+  }
   set_state(peer, PeerState::kConnected);
+  if (!ud_mode_) {
+    ++rc_connected_peers_;
+  }
   if (config_.verbose >= 2) {
     std::fprintf(stderr, "rdmx: connected to %016llx (its index for us %u) after %u tries\n",
                  static_cast<unsigned long long>(peer.uid), peer.remote_index, peer.conn_tries);
   }
-  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+  // A grant may have come due while data raced ahead of the peer's REPLY (flush_peer skips
+  // peers that are not connected yet).
+  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.rc_grant_due) {
     list_for_flush(peer);
   }
 }
@@ -364,66 +388,72 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
     }
     return;
   }
-  if (body.op == kOpRequest) {
-    Peer* p = find_peer(from.uid);
-    if (p == nullptr) {
-      p = &add_peer(from.uid);  // an implicit endpoint for the requester
-    }
-    if (p->state == PeerState::kFailed) {
-      return;
-    }
-    if (!p->have_address) {
-      if (set_address(*p, from) != RDMX_OK) {
-        return;
-      }
-    } else if (p->address.instance != from.instance) {
-      if (config_.verbose >= 1) {
-        std::fprintf(stderr,
-                     "rdmx: ignoring a connection request from a new incarnation of %016llx\n",
-                     static_cast<unsigned long long>(from.uid));
-      }
-      return;
-    }
-    try {
-      if (!ud_mode_) {
-        if (!p->rc_qp[0]) {
-          create_rc_qps(*p);
-        }
-        if (!p->rc_ready) {
-          connect_rc(*p, body.rc_qpn, body.rc_psn);
-        }
-      }
-    } catch (const verbs::Error& e) {
-      std::fprintf(stderr, "rdmx: connecting to %016llx failed: %s\n",
-                   static_cast<unsigned long long>(from.uid), e.what());
-      fail_peer(*p, RDMX_ERR_UNREACHABLE, "RC connection failed");
-      return;
-    }
-    p->remote_index = body.sender_index;
-    if (p->state != PeerState::kConnected) {
-      on_connected(*p);
-    }
-    (void)send_connect(*p, kOpReply);
+  if (body.op != kOpRequest && body.op != kOpReply) {
     return;
   }
-  if (body.op == kOpReply) {
-    Peer* p = find_peer(from.uid);
-    if (p == nullptr || p->state != PeerState::kConnecting ||
-        p->address.instance != from.instance) {
-      return;  // a duplicate reply, or one for a connection already given up
+  Peer* p = find_peer(from.uid);
+  if (p == nullptr) {
+    if (body.op == kOpReply) {
+      return;  // a reply for a connection this worker does not know
     }
-    try {
-      if (!ud_mode_ && !p->rc_ready) {
-        connect_rc(*p, body.rc_qpn, body.rc_psn);
-      }
-    } catch (const verbs::Error& e) {
-      std::fprintf(stderr, "rdmx: connecting to %016llx failed: %s\n",
-                   static_cast<unsigned long long>(from.uid), e.what());
-      fail_peer(*p, RDMX_ERR_UNREACHABLE, "RC connection failed");
+    p = &add_peer(from.uid);  // an implicit endpoint for the requester
+  }
+  if (p->state == PeerState::kFailed || p->state == PeerState::kConnected) {
+    if (p->state == PeerState::kConnected && body.op == kOpRequest &&
+        p->address.instance == from.instance) {
+      (void)send_connect(*p, kOpReply);  // our reply was lost: answer again (idempotent)
+    }
+    return;
+  }
+  if (!p->have_address) {
+    if (set_address(*p, from) != RDMX_OK) {
       return;
     }
-    p->remote_index = body.sender_index;
+  } else if (p->address.instance != from.instance) {
+    if (config_.verbose >= 1) {
+      std::fprintf(stderr,
+                   "rdmx: ignoring a connection message from a new incarnation of %016llx\n",
+                   static_cast<unsigned long long>(from.uid));
+    }
+    return;
+  }
+  // Both messages carry the sender's QPNs: connect ours to them (once), then tell the peer that
+  // ours are ready to receive. Data flows only after the peer's REPLY, which it sends only once
+  // its QPs are ready: a packet that reached a QP still in INIT would be lost, and rxe does not
+  // always retransmit it.
+  bool just_connected = false;
+  try {
+    if (!ud_mode_) {
+      if (!p->rc_qp[0]) {
+        create_rc_qps(*p);
+      }
+      if (!p->rc_ready) {
+        connect_rc(*p, body.rc_qpn, body.rc_psn);
+        just_connected = true;
+      }
+    } else if (!p->rc_ready) {
+      p->rc_ready = true;  // UD: nothing to connect
+      just_connected = true;
+    }
+  } catch (const verbs::Error& e) {
+    std::fprintf(stderr, "rdmx: connecting to %016llx failed: %s\n",
+                 static_cast<unsigned long long>(from.uid), e.what());
+    fail_peer(*p, RDMX_ERR_UNREACHABLE, "RC connection failed");
+    return;
+  }
+  p->remote_index = body.sender_index;
+  on_rc_credits(*p, body.rc_credits);
+  if (body.op == kOpRequest || just_connected) {
+    (void)send_connect(*p, kOpReply);
+  }
+  if (body.op == kOpReply) {
+    p->peer_ready = true;
+  }
+  if (p->peer_ready) {
     on_connected(*p);
+  } else if (p->state == PeerState::kIdle) {
+    // Created by the peer's request: wait for its reply, asking again if it is lost.
+    arm_connect(*p, /*send_request=*/false);
   }
 }
 

@@ -661,21 +661,34 @@ void Worker::stats(rdmx_stats_t* out) const {
 }
 
 void Worker::dump() const {
-  std::fprintf(stderr, "rdmx dump %016llx (%s): active requests %s, completions %s\n",
+  std::fprintf(stderr,
+               "rdmx dump %016llx (%s): active requests %s, completions %s; matcher: %zu posted, "
+               "%zu unexpected; heap bytes %llu\n",
                static_cast<unsigned long long>(uid_), ud_mode_ ? "ud" : "rc",
-               active_head_ != nullptr ? "yes" : "no", done_head_ != nullptr ? "yes" : "no");
+               active_head_ != nullptr ? "yes" : "no", done_head_ != nullptr ? "yes" : "no",
+               matcher_.posted_count(), matcher_.unexpected_count(),
+               static_cast<unsigned long long>(heap_bytes_));
   for (int c = 0; c < kNumPools; ++c) {
     const eager::SrqPool& p = *pools_[c];
     std::fprintf(stderr,
-                 "  pool %d: posted %u free %u total %u consumed %llu refills %llu limit %llu\n", c,
-                 p.posted(), p.free_count(), p.total(),
+                 "  pool %d: posted %u free %u total %u held %llu consumed %llu refills %llu "
+                 "limit %llu\n",
+                 c, p.posted(), p.free_count(), p.total(),
+                 static_cast<unsigned long long>(p.counters().held),
                  static_cast<unsigned long long>(p.counters().consumed),
                  static_cast<unsigned long long>(p.counters().refills),
                  static_cast<unsigned long long>(p.counters().limit_events));
   }
   const eager::SendPool& sp = *threads_[0].send;
-  std::fprintf(stderr, "  send: descs in use %u, free buffers %u/%u\n", sp.descs_in_use(),
-               sp.free_buffers(0), sp.free_buffers(1));
+  std::fprintf(stderr,
+               "  send: descs in use %u, free buffers %u/%u; dropped: malformed %llu foreign %llu "
+               "duplicates %llu test %llu; rc kicks %llu\n",
+               sp.descs_in_use(), sp.free_buffers(0), sp.free_buffers(1),
+               static_cast<unsigned long long>(stat_dropped_malformed_),
+               static_cast<unsigned long long>(stat_dropped_foreign_),
+               static_cast<unsigned long long>(stat_ud_duplicates_),
+               static_cast<unsigned long long>(stat_ud_dropped_test_),
+               static_cast<unsigned long long>(stat_rc_kicks_));
   for (int c = 0; c < kNumClasses; ++c) {
     if (ud_qp_[c]) {
       std::fprintf(stderr, "  ud sq %d: outstanding %u tail %u\n", c, ud_sq_[c].outstanding(),
@@ -687,10 +700,12 @@ void Worker::dump() const {
                static_cast<unsigned long long>(now_us()), ud_timer_list_.size(),
                flush_list_.size());
   for (const auto& p : peers_) {
-    std::fprintf(stderr, "  peer %u uid %016llx %s: pending %u acks %zu rx expected %u held %zu",
+    std::fprintf(stderr,
+                 "  peer %u uid %016llx %s remote index %u: pending %u acks %zu rx expected %u "
+                 "held %zu",
                  p->index, static_cast<unsigned long long>(p->uid), to_string(p->state).data(),
-                 p->pending_count, p->pending_match_acks.size(), p->rx ? p->rx->expected() : 0,
-                 p->rx ? p->rx->held() : 0);
+                 p->remote_index, p->pending_count, p->pending_match_acks.size(),
+                 p->rx ? p->rx->expected() : 0, p->rx ? p->rx->held() : 0);
     if (p->ud_tx) {
       std::fprintf(stderr, " tx next %u in flight %zu rto %llu deadline %llu ack unacked %zu",
                    p->ud_tx->next_seq(), p->ud_tx->in_flight(),
@@ -698,8 +713,9 @@ void Worker::dump() const {
                    static_cast<unsigned long long>(p->ud_tx->deadline_us()), p->ud_ack->unacked());
     }
     if (p->rc_guard) {
-      std::fprintf(stderr, " guard next %u oldest %u sq %u/%u", p->rc_guard->next(),
-                   p->rc_guard->oldest(), p->rc_sq[0].outstanding(), p->rc_sq[1].outstanding());
+      std::fprintf(stderr, " guard next %u oldest %u sq %u/%u completions %llu",
+                   p->rc_guard->next(), p->rc_guard->oldest(), p->rc_sq[0].outstanding(),
+                   p->rc_sq[1].outstanding(), static_cast<unsigned long long>(p->rc_completions));
     }
     std::fprintf(stderr, "\n");
   }

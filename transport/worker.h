@@ -60,7 +60,12 @@ inline constexpr std::uint8_t kPoolCtrl = 2;
 inline constexpr int kNumPools = 3;
 
 // Queue sizes (see README "Defaults").
-inline constexpr std::uint32_t kRcSendDepth = 128;    // WRs per RC QP
+inline constexpr std::uint32_t kRcSendDepth = 32;   // WRs per RC QP for messages
+inline constexpr std::uint32_t kRcSendReserve = 2;  // + WRs for flushes and kicks
+// RC credit window per peer: half the SRQ depth (less a refill batch) shared among the peers
+// that may send to us (Worker::rc_credit_window), within bounds.
+inline constexpr std::uint32_t kRcMinCredits = 1;
+inline constexpr std::uint32_t kRcMaxCredits = 64;
 inline constexpr std::uint32_t kUdSendDepth = 1024;   // WRs per UD data QP (shared by peers)
 inline constexpr std::uint32_t kCtrlSendDepth = 256;  // WRs of the control QP
 inline constexpr std::uint32_t kCtrlDepth = 64;       // control receive buffers
@@ -69,23 +74,31 @@ inline constexpr std::uint32_t kSignalEvery = 16;     // selective signalling pe
 inline constexpr std::uint32_t kSendDescs = 4096;     // send WRs in flight per thread
 inline constexpr std::uint32_t kSendSmallBuffers = 1024;
 inline constexpr std::uint32_t kSendLargeBuffers = 256;
-inline constexpr std::uint32_t kSyncSlots = 4096;    // Ssends waiting per thread
-inline constexpr std::size_t kRcOrderWindow = 512;   // early arrivals held per RC peer
-inline constexpr std::size_t kUdWindow = 256;        // UD send window = reorder window
-inline constexpr std::uint32_t kUdResendBurst = 16;  // UD messages resent per timer expiry
+inline constexpr std::uint32_t kSyncSlots = 4096;            // Ssends waiting per thread
+inline constexpr std::size_t kRcOrderWindow = 512;           // early arrivals held per RC peer
+inline constexpr std::size_t kUdWindow = 256;                // UD send window = reorder window
+inline constexpr std::uint32_t kUdResendBurst = 16;          // UD messages resent per timer expiry
+inline constexpr std::uint32_t kUdCwndInitial = 16;          // UD congestion window: start,
+inline constexpr std::uint64_t kWatchdogPeriodUs = 100'000;  // RC send-progress check
+inline constexpr std::uint64_t kStallKickUs = 300'000;       // RC QP without progress: kick it
+inline constexpr std::uint32_t kUdCwndMin = 2;               // floor (halved on every timeout)
 inline constexpr std::uint32_t kMaxPendingPerPeer = 1u << 16;
 inline constexpr std::uint32_t kQkey = 0x52444d58;  // "RDMX"
 inline constexpr int kPollBatch = 16;
-// rdmx_request_wait yields the CPU after this many progress calls that found nothing: when
-// processes outnumber CPUs (an emulated guest, an oversubscribed node) the peer it waits for
-// gets to run; with a CPU each, sched_yield returns at once.
+// rdmx_request_wait's idle policy: after kYieldAfterIdle progress calls that found nothing it
+// yields (every kYieldAfterIdle calls), after kNapAfterIdle it sleeps kNapNs per call. When
+// processes outnumber CPUs the peer it waits for gets to run; with a CPU each, sched_yield
+// returns at once and a nap only starts after ~kNapAfterIdle empty polls.
 inline constexpr std::uint32_t kYieldAfterIdle = 64;
+inline constexpr std::uint32_t kNapAfterIdle = 4096;
+inline constexpr long kNapNs = 50'000;
 // Every send WR of every thread fits in the send CQ (plus one teardown marker at a time), so the
 // CQ cannot overflow whatever completes in error.
 inline constexpr std::uint32_t kSendCqSlack = 64;
 static_assert(kSignalEvery < kRcSendDepth && kRcSendDepth <= kSendDescs);
 static_assert(kUdWindow <= kSendDescs && kUdWindow <= protocol::kMaxSeqWindow);
 static_assert(kRcOrderWindow <= protocol::kMaxSeqWindow);
+static_assert(kRcMaxCredits <= kRcOrderWindow, "credits never exceed what the receiver can hold");
 static_assert(kSyncSlots <= 0x10000, "sync cookie: 16-bit slot");
 
 // A message removed from the receive path before its receive was posted (unexpected) or before
@@ -171,6 +184,7 @@ class Worker {
   void connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_t* psn);
   void set_state(Peer& peer, PeerState to);
   void start_connect(Peer& peer);
+  void arm_connect(Peer& peer, bool send_request);
   bool send_connect(Peer& peer, std::uint8_t op);
   bool send_disconnect(Peer& peer);
   bool post_ctrl(Peer& peer, const protocol::MsgHeader& header, const void* body,
@@ -190,6 +204,13 @@ class Worker {
                           const void* body, std::size_t body_length, const void* payload,
                           std::size_t length);
   bool post_rc_flush(Peer& peer, int cls);
+  std::uint32_t rc_credit_window() const noexcept;
+  protocol::Seq grant_credits(Peer& peer) noexcept;
+  void maybe_grant(Peer& peer);
+  bool post_rc_ack(Peer& peer);
+  bool header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
+                      eager::SendQueue::Post* post, ibv_sge* sge, ibv_send_wr* wr) const;
+  void on_rc_credits(Peer& peer, protocol::Seq limit);
   PostResult post_rc(Peer& peer, protocol::MsgHeader& header, const void* body,
                      std::size_t body_length, const void* payload, std::size_t length);
   PostResult post_ud(Peer& peer, protocol::MsgHeader& header, const void* body,
@@ -203,6 +224,7 @@ class Worker {
   void list_for_flush(Peer& peer);
   void send_match_ack(Peer& peer, std::uint32_t cookie);
   void run_ud_timers(std::uint64_t now_us);
+  void run_rc_watchdog(std::uint64_t now_us);
   void list_ud_timer(Peer& peer);
   void fail_peer(Peer& peer, int code, const char* why);
   void fail_pending(Peer& peer, int code);
@@ -316,6 +338,8 @@ class Worker {
   std::uint64_t next_ud_timer_us_ = protocol::kNoDeadline;
   std::uint64_t next_connect_timer_us_ = protocol::kNoDeadline;
   std::uint32_t progress_calls_ = 0;
+  std::uint64_t next_watchdog_us_ = 0;
+  std::uint32_t rc_connected_peers_ = 0;
   bool closing_ = false;
 
   // Message descriptors: a free list grown in chunks on the slow path.
@@ -330,6 +354,9 @@ class Worker {
   std::uint64_t stat_ud_duplicates_ = 0;
   std::uint64_t stat_ud_dropped_test_ = 0;
   std::uint64_t stat_rnr_exceeded_ = 0;
+  std::uint64_t stat_rc_kicks_ = 0;           // stalled RC QPs given a doorbell by the watchdog
+  std::uint64_t stat_dropped_malformed_ = 0;  // failed validation or unknown src_ep
+  std::uint64_t stat_dropped_foreign_ = 0;    // from a QP or peer we do not know
   std::uint64_t stat_limit_events_ctrl_ = 0;
   std::uint64_t rnr_baseline_ = 0;
   std::uint64_t recv_completed_ = 0;

@@ -229,6 +229,7 @@ TEST_P(Semantics, CancelOfAPostedReceive) {
     RDMX_CHECK(rank, !log.called_inside_post);
     // Cancelling a completed request, or a send, is BUSY; a cancelled receive matches nothing.
     RDMX_CHECK_EQ(rank, rdmx_request_cancel(s.worker, &req), RDMX_ERR_BUSY);
+    rank.barrier();  // both ranks cancelled before either sends tag 999
     rdmx_request_t sreq;
     std::uint8_t x = 1;
     RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[static_cast<std::size_t>(peer)], &x, 1, 999, 0, &sreq,

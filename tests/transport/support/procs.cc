@@ -281,10 +281,13 @@ Session open_session(Rank& rank, const std::string& device, rdmx_transport_t tra
     RDMX_CHECK_OK(
         rank, rdmx_ep_create(s.worker, b.data(), b.size(), &s.eps[static_cast<std::size_t>(r)]));
   }
+  // Connecting needs both sides to progress (each waits for the other's reply): finish it here,
+  // so a test body may block out of band (rank.barrier()) without starving a peer's connect.
+  quiesce(rank, s);
   return s;
 }
 
-void quiesce(Rank& rank, Session& s) {
+void quiesce(Rank& rank, Session& s, std::chrono::milliseconds timeout) {
   constexpr std::uint64_t kFinTag = 0xf1f1f1f1f1f1f1f1ull;
   std::vector<rdmx_request_t> reqs;
   reqs.reserve(2 * s.eps.size());
@@ -300,7 +303,7 @@ void quiesce(Rank& rank, Session& s) {
                                       nullptr, nullptr));
   }
   for (auto& r : reqs) {
-    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "quiesce fin"));
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "quiesce fin", timeout));
   }
 }
 

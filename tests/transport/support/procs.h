@@ -111,7 +111,8 @@ Session open_session(Rank& rank, const std::string& device, rdmx_transport_t tra
 // Standard sends complete once buffered, so a rank must keep progressing until its peers have
 // its messages (UD retransmits from the sender). quiesce() exchanges a synchronous "fin" with
 // every endpoint's peer: once it returns, everything sent before it was received, both ways.
-void quiesce(Rank& rank, Session& s);
+// `timeout` bounds the wait for the slowest peer to get there.
+void quiesce(Rank& rank, Session& s, std::chrono::milliseconds timeout = std::chrono::seconds(30));
 // Destroys endpoints and worker; fails the rank unless every wr_id was accounted for.
 void close_session(Rank& rank, Session& s);
 

@@ -1,0 +1,183 @@
+// Peers that go away: a destroyed peer worker (kDisconnect), a killed peer process (no goodbye:
+// RC retry exhaustion or UD peer timeout), a connection request nobody answers. Requests fail
+// with RDMX_ERR_UNREACHABLE within the timeout, later sends are refused, nothing hangs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmx/rdmx.h"
+#include "tests/guest/support/guest_env.h"
+#include "tests/transport/support/procs.h"
+#include "transport/debug.h"
+
+namespace rdmx::test {
+namespace {
+
+// 5 s, not less: under a loaded TCG guest a peer process can stall for ~2 s, and the same timeout
+// bounds connecting.
+constexpr std::uint32_t kPeerTimeoutMs = 5000;
+
+std::string transport_name(const ::testing::TestParamInfo<rdmx_transport_t>& param) {
+  return param.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud";
+}
+
+void short_timeout(rdmx_config_t& c) {
+  c.peer_timeout_ms = kPeerTimeoutMs;
+}
+
+// Sends standard messages until one is refused or completes with an error; returns that error
+// and how long it took. A standard send completes once buffered, so the failure shows on a later
+// send (or on `pending`, a sync send waiting for a match-ack that will never come).
+int send_until_failure(Rank& rank, Session& s, int peer, rdmx_request_t* pending, double* seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  rdmx_ep_t* ep = s.eps[static_cast<std::size_t>(peer)];
+  std::vector<rdmx_request_t> reqs(64);
+  std::uint64_t payload = 0;
+  int i = 0;
+  for (;;) {
+    if (seconds_since(t0) > 30) {
+      rdmx::transport::debug::dump(s.worker);
+      rank.fail(__FILE__, __LINE__, "the dead peer was not noticed in 30 s");
+    }
+    (void)rdmx_worker_progress(s.worker);
+    rdmx_status_t st{};
+    if (pending != nullptr && rdmx_request_test(pending, &st) != RDMX_INPROGRESS) {
+      *seconds = seconds_since(t0);
+      return st.error;
+    }
+    rdmx_request_t& r = reqs[static_cast<std::size_t>(i % 64)];
+    if (i >= 64) {
+      const int rc = rdmx_request_test(&r, &st);
+      if (rc == RDMX_INPROGRESS) {
+        continue;  // queued behind the dead connection: keep progressing
+      }
+      if (rc != RDMX_OK) {
+        *seconds = seconds_since(t0);
+        return rc;
+      }
+    }
+    const int rc = rdmx_tag_send(ep, &payload, sizeof(payload), 5, 0, &r, nullptr, nullptr);
+    if (rc != RDMX_OK) {
+      *seconds = seconds_since(t0);
+      return rc;
+    }
+    ++i;
+  }
+}
+
+class PeerFailure : public ::testing::TestWithParam<rdmx_transport_t> {
+ protected:
+  void SetUp() override { RDMX_REQUIRE_DEVICE(); }
+};
+
+TEST_P(PeerFailure, DestroyedPeerWorkerFailsPendingAndLaterSends) {
+  const rdmx_transport_t t = GetParam();
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s = open_session(rank, device_for(rank.rank(), true), t, short_timeout);
+    if (rank.rank() == 1) {
+      quiesce(rank, s);
+      rank.barrier();  // rank 0 has posted a sync send nobody will receive
+      close_session(rank, s);
+      rank.barrier();
+      return;
+    }
+    quiesce(rank, s);
+    std::uint8_t x = 1;
+    rdmx_request_t ssend;
+    RDMX_CHECK_OK(rank,
+                  rdmx_tag_send(s.eps[1], &x, 1, 77, RDMX_SEND_SYNC, &ssend, nullptr, nullptr));
+    // Let it reach the peer before the peer goes.
+    const auto t0 = std::chrono::steady_clock::now();
+    while (seconds_since(t0) < 0.3) {
+      (void)rdmx_worker_progress(s.worker);
+    }
+    rank.barrier();
+    rank.barrier();  // the peer worker is destroyed
+    rdmx_status_t st{};
+    const int rc = wait_request(rank, s.worker, &ssend, &st, "sync send to a destroyed peer",
+                                std::chrono::milliseconds(3 * kPeerTimeoutMs));
+    RDMX_CHECK_EQ(rank, rc, RDMX_ERR_UNREACHABLE);
+    std::printf("%s: sync send failed %.2f s after the peer was destroyed\n",
+                t == RDMX_TRANSPORT_RC ? "rc" : "ud", seconds_since(t0) - 0.3);
+    // Later sends are refused at once and accept nothing.
+    rdmx_request_t r;
+    RDMX_CHECK_EQ(rank, rdmx_tag_send(s.eps[1], &x, 1, 78, 0, &r, nullptr, nullptr),
+                  RDMX_ERR_UNREACHABLE);
+    close_session(rank, s);
+  }));
+}
+
+TEST_P(PeerFailure, KilledPeerIsDetectedByTraffic) {
+  const rdmx_transport_t t = GetParam();
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s = open_session(rank, device_for(rank.rank(), true), t, short_timeout);
+    quiesce(rank, s);
+    if (rank.rank() == 1) {
+      rank.barrier();
+      _exit(0);  // dies without a word: the kernel reclaims its QPs
+    }
+    std::uint8_t x = 1;
+    rdmx_request_t ssend;
+    RDMX_CHECK_OK(rank,
+                  rdmx_tag_send(s.eps[1], &x, 1, 77, RDMX_SEND_SYNC, &ssend, nullptr, nullptr));
+    rank.barrier();
+    double secs = 0;
+    const int rc = send_until_failure(rank, s, 1, &ssend, &secs);
+    RDMX_CHECK_EQ(rank, rc, RDMX_ERR_UNREACHABLE);
+    std::printf("%s: killed peer noticed after %.2f s\n", t == RDMX_TRANSPORT_RC ? "rc" : "ud",
+                secs);
+    RDMX_CHECK(rank, secs < 3.0 * kPeerTimeoutMs / 1000.0);
+    // The sync send fails too.
+    rdmx_status_t st{};
+    RDMX_CHECK_EQ(rank,
+                  wait_request(rank, s.worker, &ssend, &st, "sync send", std::chrono::seconds(5)),
+                  RDMX_ERR_UNREACHABLE);
+    close_session(rank, s);
+  }));
+}
+
+TEST_P(PeerFailure, ConnectionRequestNobodyAnswers) {
+  const rdmx_transport_t t = GetParam();
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    rdmx_config_t cfg = test_config(device_for(rank.rank(), true), t);
+    short_timeout(cfg);
+    rdmx_worker_t* w = nullptr;
+    RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &w));
+    const void* a = nullptr;
+    std::size_t len = 0;
+    RDMX_CHECK_OK(rank, rdmx_worker_address(w, &a, &len));
+    const auto blobs = rank.allgather(a, len);
+    if (rank.rank() == 1) {
+      _exit(0);  // gone before anyone connects
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 1 is gone by now
+    rdmx_ep_t* ep = nullptr;
+    RDMX_CHECK_OK(rank, rdmx_ep_create(w, blobs[1].data(), blobs[1].size(), &ep));
+    std::uint8_t x = 1;
+    rdmx_request_t r;
+    const auto t0 = std::chrono::steady_clock::now();
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &x, 1, 1, 0, &r, nullptr, nullptr));  // queued
+    rdmx_status_t st{};
+    RDMX_CHECK_EQ(rank,
+                  wait_request(rank, w, &r, &st, "send behind a dead connect",
+                               std::chrono::milliseconds(3 * kPeerTimeoutMs)),
+                  RDMX_ERR_UNREACHABLE);
+    const double secs = seconds_since(t0);
+    std::printf("%s: unanswered connect failed after %.2f s\n",
+                t == RDMX_TRANSPORT_RC ? "rc" : "ud", secs);
+    RDMX_CHECK(rank, secs >= kPeerTimeoutMs / 1000.0 * 0.9);
+    rdmx_ep_destroy(ep);
+    rdmx_worker_destroy(w);
+    RDMX_CHECK_EQ(rank, rdmx::transport::debug::last_destroy_report().wr_ids.outstanding(), 0u);
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, PeerFailure,
+                         ::testing::Values(RDMX_TRANSPORT_RC, RDMX_TRANSPORT_UD), transport_name);
+
+}  // namespace
+}  // namespace rdmx::test
