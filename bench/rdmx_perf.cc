@@ -599,7 +599,21 @@ class Client {
         return false;
       }
       check(rc, "rdmx_tag_send (eager limit probe)");
-      return rndv_sends() == before;
+      // A send queued for resources (UD's congestion window) has not chosen yet: progress
+      // until it posts its RTS or completes (eager; a rendezvous probe cannot complete before
+      // the server receives it, after probing). The server progresses between commands.
+      const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(o_.wait_ms);
+      for (;;) {
+        if (rndv_sends() != before) {
+          return false;
+        }
+        if (rdmx_request_test(&sent.back(), nullptr) != RDMX_INPROGRESS) {
+          return true;
+        }
+        if (rdmx_worker_progress(worker_) < 0 || Clock::now() > deadline) {
+          die("eager limit probe: a %zu-byte send neither completed nor went by rendezvous", n);
+        }
+      }
     };
     std::size_t limit = cap;
     if (!fits(cap)) {

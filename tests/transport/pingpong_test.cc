@@ -90,9 +90,37 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
       // The peer drains these "probe" messages (tag 0x7fff) below; they complete after that.
       RDMX_CHECK_OK(
           rank, rdmx_tag_send(ep, probe.data(), mid, 0x7fff, 0, &probes.back(), nullptr, nullptr));
-      (rndv_sends() != before ? hi : lo) = mid;
+      // A send queued for resources (UD's congestion window) has not chosen yet: progress until
+      // it posts its RTS (rendezvous) or completes (eager; a rendezvous send cannot complete
+      // before the peer receives it, which it does only after probing).
+      bool rndv = false;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (;;) {
+        if (rndv_sends() != before) {
+          rndv = true;
+          break;
+        }
+        if (rdmx_request_test(&probes.back(), nullptr) != RDMX_INPROGRESS) {
+          break;
+        }
+        RDMX_CHECK(rank, rdmx_worker_progress(w) >= 0);
+        if (seconds_since(t0) > 30) {
+          rank.fail(__FILE__, __LINE__, "a probe send neither completed nor went by rendezvous");
+        }
+      }
+      (rndv ? hi : lo) = mid;
     }
     limit = lo;
+  }
+  // Both sides progress until both are done probing: the peer's queued probes need our acks.
+  {
+    rdmx_request_t sreq, rreq;
+    std::uint8_t out = 2, in = 0;
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, 0x1001, ~std::uint64_t{0}, &rreq,
+                                      nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, 0x1001, 0, &sreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "probing-done send"));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, "probing-done receive"));
   }
   if (expect_limit != 0) {
     RDMX_CHECK_EQ(rank, limit, expect_limit);
