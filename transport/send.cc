@@ -283,25 +283,9 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   if (length != 0) {
     std::memcpy(data + protocol::kHeaderSize + body_length, payload, length);
   }
-  const std::size_t total = protocol::kHeaderSize + wire;
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
-              .length = static_cast<std::uint32_t>(total),
-              .lkey = pool.lkey()};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
-  wr.wr.ud.ah = peer.ah->get();
-  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
-  wr.wr.ud.remote_qkey = kQkey;
-  const int rc = sq.post(
-      pool, wr,
-      eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
-                             .buf_class = bcls,
-                             .buf = buf,
-                             .want_signal = pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4,
-                             .peer = &peer});
+  // Signalled when bounce buffers run low, so completions retire the unsignalled WRs before it.
+  const int rc = post_ud_buffer(peer, cls, bcls, buf, protocol::kHeaderSize + wire,
+                                pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4);
   if (rc != 0) [[unlikely]] {
     pool.release_unused(bcls, buf);
     if (rc == EAGAIN) {
@@ -315,6 +299,28 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   peer.ud_ack->on_ack_sent();
   list_ud_timer(peer);
   return PostResult::kPosted;
+}
+
+int Worker::post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf,
+                           std::size_t total, bool want_signal) {
+  eager::SendPool& pool = *threads_[0].send;
+  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(pool.buffer(bcls, buf)),
+              .length = static_cast<std::uint32_t>(total),
+              .lkey = pool.lkey()};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
+  wr.wr.ud.remote_qkey = kQkey;
+  return ud_sq_[cls].post(pool, wr,
+                          eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
+                                                 .buf_class = bcls,
+                                                 .buf = buf,
+                                                 .want_signal = want_signal,
+                                                 .peer = &peer});
 }
 
 bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
@@ -333,24 +339,7 @@ bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
   const std::size_t total = protocol::kHeaderSize +
                             protocol::body_size(static_cast<protocol::MsgKind>(h.kind)) +
                             h.payload_length;
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
-              .length = static_cast<std::uint32_t>(total),
-              .lkey = pool.lkey()};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
-  wr.wr.ud.ah = peer.ah->get();
-  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
-  wr.wr.ud.remote_qkey = kQkey;
-  const int rc = sq.post(pool, wr,
-                         eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
-                                                .buf_class = bcls,
-                                                .buf = buf,
-                                                .want_signal = false,
-                                                .peer = &peer});
-  if (rc != 0) {
+  if (post_ud_buffer(peer, cls, bcls, buf, total, /*want_signal=*/false) != 0) {
     return false;
   }
   ++stat_ud_retransmits_;
@@ -463,11 +452,14 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
         kicked |= post_rc_flush(*p, c);
       }
     }
-    // Out of credits with nothing in flight: only the peer's grant can move us, and a dead
-    // peer sends none. A signalled zero-length write probes it: a live peer completes it even
-    // while its application is busy, a dead one never does (or fails it).
-    if (!busy && !kicked && p->pending_head != nullptr && p->rc_sq[0].outstanding() == 0 &&
-        !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit)) {
+    // Waiting on the peer with nothing in flight (out of credits, or sync sends waiting for
+    // their match-acks): only a message from the peer can move us, and a dead peer sends none.
+    // A signalled zero-length write probes it: a live peer completes it even while its
+    // application is busy (an unmatched sync send may wait for hours), a dead one never does
+    // (or fails it).
+    const bool starved =
+        p->pending_head != nullptr && !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit);
+    if (!busy && !kicked && (starved || p->sync_waiting != 0) && p->rc_sq[0].outstanding() == 0) {
       busy = post_rc_flush(*p, 0);
     }
     if (!busy || kicked || p->rc_completions != p->rc_watch_completions) {

@@ -216,6 +216,10 @@ class Worker {
   PostResult post_ud(Peer& peer, protocol::MsgHeader& header, const void* body,
                      std::size_t body_length, const void* payload, std::size_t length);
   bool post_ud_ack(Peer& peer);
+  // Posts UD bounce buffer `buf` of class `bcls` (header + payload, `total` bytes) to the
+  // peer's class-`cls` QP: 0, or the errno of SendQueue::post.
+  int post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf, std::size_t total,
+                     bool want_signal);
   bool resend_ud(Peer& peer, std::uint32_t slot);
   bool start_send(Peer& peer, Request* request);  // true: posted (or failed), false: must queue
   void queue_send(Peer& peer, Request* request);

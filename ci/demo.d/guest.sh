@@ -29,13 +29,17 @@ export RDMX_STATS=1 # the MTL prints its rdmx_stats_t at finalize when it knows 
 stacks=(rdmx-rc rdmx-ud ucx tcp)
 if [ "$quick" = 1 ]; then
   benches=(osu_latency osu_bw)
-  lat_sizes=8:65536 bw_sizes=8:65536 mt_sizes=8:4096 budget=0.15 step_s=150 size_s=40
-  scale_np=(2 4) scale_stacks=(rdmx-rc rdmx-ud)
+  lat_sizes=8:65536 bw_sizes=8:65536 budget=0.15 step_s=150 size_s=40
+  scale_np=(2 4) ucx_np=()
 else
+  # Latency and bandwidth over the whole range; the multi-pair, bi-directional and threaded
+  # programs to 1 MiB / 64 KiB: the emulated device moves ~40 MB/s, and the run must stay short.
   benches=(osu_latency osu_bw osu_bibw osu_mbw_mr osu_multi_lat osu_latency_mt)
-  lat_sizes=8:4194304 bw_sizes=8:4194304 mt_sizes=8:65536 budget=0.4 step_s=300 size_s=60
-  scale_np=(2 4 8 16) scale_stacks=(rdmx-rc rdmx-ud ucx)
+  lat_sizes=8:4194304 bw_sizes=8:4194304 budget=0.3 step_s=300 size_s=60
+  scale_np=(2 4 8 16) ucx_np=(2 8) # UCX for comparison; its np 16 launch alone costs minutes
 fi
+pair_sizes=8:1048576 mt_sizes=8:65536
+[ "$quick" = 1 ] && pair_sizes=8:65536 mt_sizes=8:4096
 
 stack_args() { # stack -> sargs (mpirun arguments)
   case $1 in
@@ -49,18 +53,19 @@ stack_args() { # stack -> sargs (mpirun arguments)
 
 bench_args() { # bench -> np and bargs
   local lat=(-x 20 -X 2 -n 5 -D "$budget" -T "$size_s")
-  local bw=(-x 2 -X 1 -n 2 -B 16777216 -D "$budget" -T "$size_s")
+  local bw=(-x 2 -X 1 -n 1 -B 8388608 -D "$budget" -T "$size_s")
   np=2
   case $1 in
     osu_latency) bargs=(-m "$lat_sizes" "${lat[@]}") ;;
-    osu_multi_lat) np=4 bargs=(-m "$lat_sizes" "${lat[@]}") ;;
+    osu_multi_lat) np=4 bargs=(-m "$pair_sizes" "${lat[@]}") ;;
     osu_latency_mt) bargs=(-m "$mt_sizes" -t 2 "${lat[@]}") ;;
-    osu_bw | osu_bibw) bargs=(-m "$bw_sizes" "${bw[@]}") ;;
-    osu_mbw_mr) np=4 bargs=(-m "$bw_sizes" "${bw[@]}") ;;
+    osu_bw) bargs=(-m "$bw_sizes" "${bw[@]}") ;;
+    osu_bibw) bargs=(-m "$pair_sizes" "${bw[@]}") ;;
+    osu_mbw_mr) np=4 bargs=(-m "$pair_sizes" "${bw[@]}") ;;
   esac
 }
 
-nsteps=$(( ${#benches[@]} * ${#stacks[@]} + 2 + ${#scale_np[@]} * ${#scale_stacks[@]} ))
+nsteps=$(( ${#benches[@]} * ${#stacks[@]} + 2 + ${#scale_np[@]} * 2 + ${#ucx_np[@]} ))
 k=0
 t_start=$SECONDS
 progress() { # status line for step k
@@ -121,8 +126,9 @@ perftest_step() { # name tool args... (server in the background, client against 
     kill -0 "$spid" 2>/dev/null || break
     sleep 0.1
   done
+  echo "\$ $tool -d $dev -x $gid -p $port -F $* $ip (server: the same without $ip)" >"$raw/$name.err"
   timeout -k 5 "$step_s" "$tool" -d "$dev" -x "$gid" -p "$port" -F "$@" "$ip" \
-    >"$raw/$name.out" 2>"$raw/$name.err" </dev/null
+    >"$raw/$name.out" 2>>"$raw/$name.err" </dev/null
   rc=$?
   kill "$spid" 2>/dev/null
   wait "$spid" 2>/dev/null
@@ -145,7 +151,7 @@ perftest_step() { # name tool args... (server in the background, client against 
   echo "guest_load_start $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$out/run-info.txt"
 : >"$raw/steps.txt"
-echo "== demo: ${#stacks[@]} stacks x ${#benches[@]} benchmarks, perftest, footprint np ${scale_np[*]}; device $dev; $nsteps steps"
+echo "== demo: ${#stacks[@]} stacks x ${#benches[@]} benchmarks, perftest, footprint np ${scale_np[*]} (UCX: ${ucx_np[*]:-none}); device $dev; $nsteps steps"
 
 # Interleaved by benchmark, so that every stack of one table sees about the same host load.
 for b in "${benches[@]}"; do
@@ -162,9 +168,10 @@ else
   perftest_step ib_write_bw ib_write_bw -a -n 20
 fi
 for n in "${scale_np[@]}"; do
-  for s in "${scale_stacks[@]}"; do
+  for s in rdmx-rc rdmx-ud; do
     mpi_step "footprint_np$n" "$s" "$n" mpi_footprint -T 240
   done
+  [[ " ${ucx_np[*]} " = *" $n "* ]] && mpi_step "footprint_np$n" ucx "$n" mpi_footprint -T 240
 done
 echo "guest_load_end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/run-info.txt"
 echo "guest_seconds $((SECONDS - t_start))" >>"$out/run-info.txt"

@@ -233,8 +233,8 @@ headline() {
   echo "## Tables"
   echo
   table osu_latency 2 ib_send_lat "osu_latency: latency (us), np 2"
-  table osu_bw 2 ib_write_bw "osu_bw: bandwidth (MB/s), window 64, np 2"
-  table osu_bibw 2 "" "osu_bibw: bi-directional bandwidth (MB/s), window 64, np 2"
+  table osu_bw 2 ib_write_bw "osu_bw: bandwidth (MB/s), window 64 (at most 8 MiB in flight), np 2"
+  table osu_bibw 2 "" "osu_bibw: bi-directional bandwidth (MB/s), window 64 (at most 8 MiB in flight), np 2"
   table osu_mbw_mr 2 "" "osu_mbw_mr: aggregate bandwidth (MB/s), 2 pairs, np 4"
   table osu_mbw_mr 3 "" "osu_mbw_mr: aggregate message rate (messages/s), 2 pairs, np 4" \
     osu_mbw_mr_rate
@@ -243,6 +243,18 @@ headline() {
   echo "## Scale"
   echo
   scale
+  echo "## Commands"
+  echo
+  echo 'Each step as it ran in the guest (first line of its raw/*.err; ci/demo.d/guest.sh has the'
+  echo 'rest: `mpirun --allow-run-as-root --oversubscribe --bind-to none`, programs in'
+  echo 'BUILD/bench/osu, OMPI_MCA_mca_base_component_path naming BUILD/plugin/ompi, RDMX_STATS=1).'
+  echo
+  echo '```'
+  for f in "$raw"/*.err; do
+    [ -e "$f" ] && head -n 1 "$f" | grep '^\$' | sed "s|$raw/||"
+  done
+  echo '```'
+  echo
 } >"$out/tables.md"
 headline >>"$md"
 cat "$out/tables.md" >>"$md"
