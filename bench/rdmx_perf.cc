@@ -14,10 +14,12 @@
 //   -P N  memory: the client's registered receive memory (rdmx_stats_t.recv_mem_bytes) and QP
 //         count with 0, 1, 2, 4 ... N connected peers (N server workers in one process)
 //
-// Sizes are powers of two from -m MIN up to MAX or the eager limit, whichever is lower. The
-// eager limit is the config's (RDMX_EAGER_LIMIT) capped by the transport (RC: large buffer; UD:
-// one packet): rdmx_tag_send returns RDMX_ERR_UNSUPPORTED above it and accepts nothing, so the
-// client finds it by sending probe messages (binary search) right after wire-up.
+// Sizes are powers of two from -m MIN up to MAX (default: the eager limit). Above the eager limit
+// (or from RDMX_RNDV_THRESH) messages go by rendezvous. The eager limit is the config's
+// (RDMX_EAGER_LIMIT) capped by the transport (RC: large buffer; UD: one packet); the client
+// finds it right after wire-up with probe messages (binary search), a probe that went by
+// rendezvous counting in rdmx_stats_t.rndv_sends. Above 64 KiB the default iterations, warm-up
+// and window shrink with the size (a byte budget per size, see iterations()).
 //
 // Every wait is bounded (-W): a lost message ends the run with a message, never a hang.
 #include <getopt.h>
@@ -80,6 +82,12 @@ constexpr std::size_t kAckBytes = 4;
 constexpr long kDefaultIters = 10000;
 constexpr long kDefaultItersLarge = 1000;
 constexpr std::size_t kLargeAbove = 8192;
+// Above this size (rendezvous territory) the defaults are byte budgets, so that a sweep to
+// 64 MiB stays short on a slow (emulated) device: kSizeBudget bytes measured per size, at most
+// kWindowBudget bytes in flight per bw window.
+constexpr std::size_t kBudgetAbove = 64 * 1024;
+constexpr std::size_t kSizeBudget = std::size_t{256} << 20;
+constexpr std::size_t kWindowBudget = std::size_t{16} << 20;
 constexpr long kDefaultWarmup = 100;
 constexpr unsigned kDefaultWindow = 64;
 constexpr std::size_t kDefaultRateSize = 8;
@@ -98,7 +106,9 @@ struct Options {
   std::size_t max_size = 0;  // 0: the eager limit
   long iters = -1;           // -1: by size
   long warmup = kDefaultWarmup;
+  bool warmup_given = false;
   unsigned window = kDefaultWindow;
+  bool window_given = false;
   unsigned peers = 0;
   std::string server_dev;  // fork mode: the server's; -s: ours
   std::string client_dev;
@@ -566,34 +576,57 @@ class Client {
     (void)ch_.recv(kCtrlTimeoutMs, Op::kDone);
   }
 
-  // The largest size rdmx_tag_send accepts (it refuses larger ones at once, accepting nothing):
-  // the configured limit if accepted, else a binary search below it. Accepted probes are real
-  // messages; the server receives them afterwards.
+  // The largest size sent eagerly: the configured limit if it goes eagerly, else a binary
+  // search below it. A probe that went by rendezvous counts in rndv_sends (with an rdmx without
+  // rendezvous it is refused with RDMX_ERR_UNSUPPORTED and accepts nothing). The probes are real
+  // messages the server receives afterwards; a rendezvous one completes only then.
   std::size_t probe_eager_limit(std::size_t cap) {
     std::vector<char> buf(std::max<std::size_t>(cap, 1));
-    std::size_t accepted = 0;
+    std::vector<rdmx_request_t> sent;
+    sent.reserve(64);  // requests must not move while rdmx owns them
+    auto rndv_sends = [&] {
+      rdmx_stats_t st{};
+      check(rdmx_worker_stats(worker_, &st), "rdmx_worker_stats");
+      return st.rndv_sends;
+    };
     auto fits = [&](std::size_t n) {
-      rdmx_request_t r;
-      const int rc = rdmx_tag_send(eps_[0], buf.data(), n, kTagProbe, 0, &r, nullptr, nullptr);
+      const std::uint64_t before = rndv_sends();
+      sent.emplace_back();
+      const int rc =
+          rdmx_tag_send(eps_[0], buf.data(), n, kTagProbe, 0, &sent.back(), nullptr, nullptr);
       if (rc == RDMX_ERR_UNSUPPORTED) {
+        sent.pop_back();
         return false;
       }
       check(rc, "rdmx_tag_send (eager limit probe)");
-      waiter().wait(&r, "probe send");
-      ++accepted;
-      return true;
+      // A send queued for resources (UD's congestion window) has not chosen yet: progress
+      // until it posts its RTS or completes (eager; a rendezvous probe cannot complete before
+      // the server receives it, after probing). The server progresses between commands.
+      const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(o_.wait_ms);
+      for (;;) {
+        if (rndv_sends() != before) {
+          return false;
+        }
+        if (rdmx_request_test(&sent.back(), nullptr) != RDMX_INPROGRESS) {
+          return true;
+        }
+        if (rdmx_worker_progress(worker_) < 0 || Clock::now() > deadline) {
+          die("eager limit probe: a %zu-byte send neither completed nor went by rendezvous", n);
+        }
+      }
     };
     std::size_t limit = cap;
     if (!fits(cap)) {
-      std::size_t lo = 0;    // accepted (a zero-byte message always is)
-      std::size_t hi = cap;  // refused
+      std::size_t lo = 0;    // eager (a zero-byte message always is)
+      std::size_t hi = cap;  // not eager
       while (hi - lo > 1) {
         const std::size_t mid = lo + (hi - lo) / 2;
         (fits(mid) ? lo : hi) = mid;
       }
       limit = lo;
     }
-    ch_.send(Msg{.op = Op::kProbe, .arg = {accepted, cap, 0, 0}});
+    ch_.send(Msg{.op = Op::kProbe, .arg = {sent.size(), cap, 0, 0}});
+    waiter().wait_all(sent, sent.size(), "probe send");
     (void)ch_.recv(kCtrlTimeoutMs, Op::kDone);
     return limit;
   }
@@ -604,11 +637,10 @@ class Client {
     if (!o_.sizes_given && t == Test::kRate) {
       lo = hi = kDefaultRateSize;
     }
-    if (hi == 0 || hi > eager_limit_) {
-      if (hi > eager_limit_) {
-        std::printf("# note: sizes above the eager limit (%zu B) are skipped\n", eager_limit_);
-      }
+    if (hi == 0) {
       hi = eager_limit_;
+    } else if (hi > eager_limit_) {
+      std::printf("# note: sizes above the eager limit (%zu B) go by rendezvous\n", eager_limit_);
     }
     std::vector<std::size_t> out;
     if (lo == 0) {
@@ -625,7 +657,23 @@ class Client {
     if (o_.iters > 0) {
       return o_.iters;
     }
+    if (size > kBudgetAbove) {
+      return std::clamp<long>(static_cast<long>(kSizeBudget / size), 4, kDefaultItersLarge);
+    }
     return size > kLargeAbove ? kDefaultItersLarge : kDefaultIters;
+  }
+  long warmup(std::size_t size) const {
+    if (o_.warmup_given || size <= kBudgetAbove) {
+      return o_.warmup;
+    }
+    return std::min(o_.warmup, std::max<long>(1, iterations(size) / 10));
+  }
+  unsigned window(std::size_t size) const {
+    if (o_.window_given || size <= kBudgetAbove) {
+      return o_.window;
+    }
+    return static_cast<unsigned>(
+        std::clamp<std::size_t>(kWindowBudget / size, 1, std::size_t{o_.window}));
   }
 
   void run_sweep(Test t) {
@@ -633,10 +681,10 @@ class Client {
     const std::string shape =
         t == Test::kLat ? "ping-pong, half round trip"
                         : "window " + std::to_string(o_.window) + ", receiver acks each window";
-    const std::string iters = o_.iters > 0
-                                  ? std::to_string(o_.iters)
-                                  : std::to_string(kDefaultIters) + " (" +
-                                        std::to_string(kDefaultItersLarge) + " above 8 KiB)";
+    const std::string iters = o_.iters > 0 ? std::to_string(o_.iters)
+                                           : std::to_string(kDefaultIters) + " (" +
+                                                 std::to_string(kDefaultItersLarge) +
+                                                 " above 8 KiB, fewer above 64 KiB)";
     std::printf("# rdmx_perf %s: %s, %s %s, warm-up %ld\n", test_name(t), shape.c_str(),
                 iters.c_str(), t == Test::kLat ? "iterations" : "messages", o_.warmup);
     switch (t) {
@@ -673,6 +721,19 @@ class Client {
                 after.rnr_naks - before.rnr_naks, after.ud_retransmits - before.ud_retransmits,
                 after.ud_duplicates - before.ud_duplicates, after.srq_refills - before.srq_refills,
                 after.srq_limit_events - before.srq_limit_events);
+    if (after.rndv_sends != before.rndv_sends) {
+      const std::uint64_t hits = after.rndv_reg_hits - before.rndv_reg_hits;
+      const std::uint64_t lookups = hits + after.rndv_reg_misses - before.rndv_reg_misses;
+      std::printf(
+          "# client rendezvous during %s: sends %" PRIu64
+          ", zero-copy %.1f MB, copied "
+          "%.1f MB, registration cache hits %" PRIu64 "/%" PRIu64 " (%.1f%%)\n",
+          test_name(t), after.rndv_sends - before.rndv_sends,
+          static_cast<double>(after.rndv_zero_copy_bytes - before.rndv_zero_copy_bytes) / 1e6,
+          static_cast<double>(after.rndv_copied_bytes - before.rndv_copied_bytes) / 1e6, hits,
+          lookups,
+          lookups != 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0);
+    }
     std::fflush(stdout);
   }
 
@@ -695,7 +756,8 @@ class Client {
 
   void run_lat(std::size_t size) {
     const long iters = iterations(size);
-    const long total = o_.warmup + iters;
+    const long warm = warmup(size);
+    const long total = warm + iters;
     std::vector<char> sbuf(std::max<std::size_t>(size, 1));
     std::vector<char> rbuf(sbuf.size());
     fill_pattern(sbuf, size);
@@ -710,14 +772,14 @@ class Client {
     Clock::time_point t0 = Clock::now();
     for (long i = 0; i < total; ++i) {
       const Clock::time_point ti = Clock::now();
-      if (i == o_.warmup) {
+      if (i == warm) {
         t0 = ti;
       }
       post_recv(worker_, rbuf.data(), size, kTagLat, &r);
       post_send(eps_[0], sbuf.data(), size, kTagLat, 0, &s);
       waiter().wait(&s, "ping send");
       waiter().wait(&r, "pong receive");
-      if (o_.full && i >= o_.warmup) {
+      if (o_.full && i >= warm) {
         samples.push_back(seconds(Clock::now() - ti) * 1e6 / 2);
       }
     }
@@ -739,8 +801,8 @@ class Client {
   }
 
   void run_window(Test t, std::size_t size) {
-    const unsigned window = o_.window;
-    const long warm_windows = (o_.warmup + window - 1) / window;
+    const unsigned window = this->window(size);
+    const long warm_windows = (warmup(size) + window - 1) / window;
     const long windows = std::max<long>(1, (iterations(size) + window - 1) / window);
     const long total_windows = warm_windows + windows;
     std::vector<char> sbuf(std::max<std::size_t>(size, 1));
@@ -884,10 +946,13 @@ void usage(FILE* f) {
                "                   (neither: fork a server and run both over 127.0.0.1)\n"
                "  -p PORT          TCP port of the control channel (default %u)\n"
                "  -t rc|ud         transport (default rc)\n"
-               "  -m MIN[:MAX]     sizes, powers of two (default 1:eager limit; rate: 8)\n"
-               "  -i N             measured iterations/messages (default %ld, %ld above 8 KiB)\n"
-               "  -x N             warm-up iterations/messages (default %ld)\n"
-               "  -w N             window of bw/rate (default %u)\n"
+               "  -m MIN[:MAX]     sizes, powers of two (default 1:eager limit; rate: 8);\n"
+               "                   above the eager limit by rendezvous (e.g. -m 64k:64m bw)\n"
+               "  -i N             measured iterations/messages (default %ld, %ld above 8 KiB,\n"
+               "                   above 64 KiB 256 MiB worth, at least 4)\n"
+               "  -x N             warm-up iterations/messages (default %ld; above 64 KiB a\n"
+               "                   tenth of the iterations)\n"
+               "  -w N             window of bw/rate (default %u; above 64 KiB 16 MiB worth)\n"
                "  -P N             memory and QPs with 1, 2, 4 ... N peers (N server workers)\n"
                "  -d DEV[,DEV2]    device; fork mode: server on DEV, client on DEV2 (default DEV)\n"
                "  -f               extra columns: median, p99, progress calls per message\n"
@@ -976,9 +1041,11 @@ Options parse(int argc, char** argv) {
         break;
       case 'x':
         o.warmup = parse_long(optarg, "-x");
+        o.warmup_given = true;
         break;
       case 'w':
         o.window = static_cast<unsigned>(parse_long(optarg, "-w"));
+        o.window_given = true;
         if (o.window == 0 || o.window > 4096) {
           die("-w: 1..4096");
         }

@@ -4,7 +4,7 @@ rdmx_packages=(
   build-essential cmake pkg-config git libgtest-dev
   libibverbs-dev librdmacm-dev rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest
   iproute2 kmod cpio busybox-static qemu-system-x86
-  openmpi-bin libopenmpi-dev libucx0 libucx-dev ucx-utils
+  openmpi-bin libopenmpi-dev libucx0 libucx-dev ucx-utils hpcc
   gnuplot-nox
 )
 

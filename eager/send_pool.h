@@ -37,6 +37,8 @@ struct SendDesc {
   std::uint32_t next = 0;  // FIFO link inside the owning SendQueue
   SendQueue* queue = nullptr;
   void* peer = nullptr;  // transport's peer, for the RC order window
+  // Rendezvous RDMA writes: the engine's token for the write (never 0); 0 for everything else.
+  std::uint64_t cookie = 0;
 };
 
 class SendPool {
@@ -106,6 +108,7 @@ class SendPool {
     d.peer = nullptr;
     d.sequenced = false;
     d.buf_class = kNoBuffer;
+    d.cookie = 0;
     desc_free_[desc_free_count_++] = index;
   }
   SendDesc& desc(std::uint32_t index) noexcept { return descs_[index]; }

@@ -47,6 +47,7 @@ class SendQueue {
     bool sequenced = false;
     std::uint16_t seq = 0;
     void* peer = nullptr;
+    std::uint64_t cookie = 0;  // SendDesc::cookie
     // May use the reserve above `depth` (the QP was created with depth + reserve WRs): for the
     // rare control WR that must go out when the queue is full (a flush or a doorbell kick).
     bool use_reserve = false;
@@ -85,6 +86,7 @@ class SendQueue {
     desc.sequenced = p.sequenced;
     desc.seq = p.seq;
     desc.peer = p.peer;
+    desc.cookie = p.cookie;
     desc.next = kNil;
     if (tail_ == kNil) {
       head_ = d;

@@ -83,7 +83,9 @@ struct MsgHeader {
   std::uint32_t payload_length;
   // 64-bit match bits (context id and MPI tag, laid out by the MTL). kEager, kEagerSync, kRts.
   std::uint64_t tag;
-  // Kind-specific 32-bit word. kEagerSync: sender's request slot, echoed in kMatchAck.
+  // Kind-specific 32-bit word. kEagerSync: sender's request slot, echoed in kMatchAck. kCts (UD
+  // mode): the QPN of the receiver's RC QP for rendezvous writes from this sender, 0 if none
+  // (a sender connected to another QP of the receiver knows its connection is stale).
   std::uint32_t aux;
   // Zero on send, ignored on receive: room for a same-version extension.
   std::uint32_t reserved;

@@ -215,6 +215,7 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
   u32("RDMX_UD_RTO_US", &config->ud_rto_us, false);
   u32("RDMX_PEER_TIMEOUT_MS", &config->peer_timeout_ms, false);
   integer("RDMX_VERBOSE", &config->verbose, 0, 9);
+  u32("RDMX_MAX_RC_PEERS", &config->max_rc_peers, false);
   return rc;
 }
 
@@ -292,6 +293,12 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
     r.large_buf = config.large_buf_size;
   }
   r.eager_limit = std::min<std::size_t>(config.eager_limit, r.large_buf);
+  // Nothing above the eager limit can go eagerly.
+  r.rndv_thresh = std::min<std::size_t>(config.rndv_thresh, r.eager_limit + 1);
+  if (config.max_rc_peers == 0) {
+    return fail("max_rc_peers must be at least 1 (RDMX_MAX_RC_PEERS)");
+  }
+  r.max_rc_peers = config.max_rc_peers;
   *out = r;
   return RDMX_OK;
 }
@@ -345,6 +352,7 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->ud_rto_us = kDefaultUdRtoUs;
   c->peer_timeout_ms = kDefaultPeerTimeoutMs;
   c->verbose = 0;
+  c->max_rc_peers = kDefaultMaxRcPeers;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

@@ -21,9 +21,14 @@ inline constexpr std::uint32_t kDefaultLargeBuf = 8192;      // payload bytes, l
 inline constexpr std::uint32_t kDefaultSrqDepth = 512;       // receive buffers per SRQ
 inline constexpr std::uint32_t kDefaultSrqLowWatermark = 0;  // 0 = derived: depth / 4
 inline constexpr std::size_t kDefaultEagerLimit = kDefaultLargeBuf;
-inline constexpr std::size_t kDefaultRndvThresh = kDefaultLargeBuf + 1;
+// Rendezvous takes every message eager cannot carry (RC: above 8 KiB; resolve() clamps the
+// threshold to the eager limit + 1, so UD's default is one packet + 1). Not yet the measured
+// eager/rendezvous crossover: tests/rndv/rndv_sweep measures it on an idle machine.
+inline constexpr std::size_t kDefaultRndvThresh = kDefaultEagerLimit + 1;
 inline constexpr std::uint32_t kDefaultUdRtoUs = 2000;
 inline constexpr std::uint32_t kDefaultPeerTimeoutMs = 30000;  // UCX's peer timeout
+// UD mode: RC connections kept for rendezvous writes (MVAPICH2's hybrid mode keeps 64).
+inline constexpr std::uint32_t kDefaultMaxRcPeers = 64;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -56,6 +61,8 @@ struct Resolved {
   std::uint32_t low_watermark = 0;
   std::uint32_t refill_batch = 0;
   std::size_t eager_limit = 0;
+  std::size_t rndv_thresh = 0;  // messages of this size and up use rendezvous (<= eager_limit + 1)
+  std::uint32_t max_rc_peers = 0;
   bool ud = false;
 };
 

@@ -44,6 +44,12 @@ inline constexpr std::uint32_t kNoIndex = 0xffffffff;
 enum class PeerState : std::uint8_t { kIdle, kConnecting, kConnected, kFailed };
 std::string_view to_string(PeerState state) noexcept;
 
+// UD mode: the on-demand RC connection for rendezvous writes.
+//   kNone ──first write needed (room under the cap)──> kConnecting ──reply──> kReady
+//     ^                                                    │                    │
+//     └────────── refused, timed out ──────────────────────┘   retired (LRU) ───┘
+enum class WriteQpState : std::uint8_t { kNone, kConnecting, kReady };
+
 struct Peer {
   std::uint32_t index = kNoIndex;  // ours: the matcher's source id, and the src_ep peers use
   std::uint64_t uid = 0;
@@ -77,6 +83,17 @@ struct Peer {
   ibv_mtu path_mtu = IBV_MTU_1024;
   // UD: where to send.
   std::unique_ptr<verbs::AddressHandle> ah;
+  // UD: the RC connection rendezvous writes go over, made on demand over the control QP and
+  // capped per worker (rendezvous/rc_lru.h). RC mode writes over rc_qp[1] instead.
+  std::unique_ptr<verbs::QueuePair> wr_qp;
+  eager::SendQueue wr_sq;
+  WriteQpState wr_state = WriteQpState::kNone;
+  std::uint32_t wr_psn = 0;
+  std::uint32_t wr_remote_qpn = 0;  // the peer's QP ours is connected to (kReady)
+  std::uint64_t wr_start_us = 0;
+  std::uint64_t wr_next_us = 0;
+  std::uint64_t wr_rto_us = 0;
+  bool wr_listed = false;
 
   // Ordering: our next Seq comes from rc_guard (RC) or ud_tx (UD); rx orders the peer's stream.
   std::unique_ptr<OrderGuard> rc_guard;  // RC: bounds how far ahead we run

@@ -49,6 +49,7 @@ void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, void* us
   r->user_data = user_data;
   r->recv.owner = r;
   r->sync_slot = kNoIndex;
+  r->rndv = 0;
   r->thread = 0;
   r->status.error = RDMX_INPROGRESS;
 }
@@ -162,6 +163,15 @@ int Worker::progress() {
   if (!flush_list_.empty()) {
     flush_listed_peers();
   }
+  if (rndv_->has_pending()) [[unlikely]] {
+    events += rndv_->progress();
+  }
+  if (!wr_retired_.empty() || !wr_connect_list_.empty()) [[unlikely]] {
+    destroy_retired_qps();
+    if (!wr_connect_list_.empty()) {
+      run_wr_timers(now_us());
+    }
+  }
   events += run_completions();
   return events;
 }
@@ -239,7 +249,8 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   }
   const protocol::WrId id = protocol::decode(wc.wr_id);
   if ((id.kind != protocol::WrKind::kSend && id.kind != protocol::WrKind::kSendInline &&
-       id.kind != protocol::WrKind::kControl) ||
+       id.kind != protocol::WrKind::kControl && id.kind != protocol::WrKind::kRdmaWrite &&
+       id.kind != protocol::WrKind::kRdmaWriteImm) ||
       id.thread >= threads_.size()) [[unlikely]] {
     std::fprintf(stderr, "rdmx: send completion with a foreign wr_id %016llx\n",
                  static_cast<unsigned long long>(wc.wr_id));
@@ -254,13 +265,23 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   }
   eager::SendDesc& desc = pool.desc(id.slot);
   Peer* failed = nullptr;
+  Peer* write_qp_failed = nullptr;
+  const std::uint64_t write_token = desc.cookie;  // a rendezvous write: the engine's token
   if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
     if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) {
       ++stat_rnr_exceeded_;
     }
-    // An RC error (retry exceeded: the peer is gone) moves the QP to ERR; flushes follow.
-    if (wc.status != IBV_WC_WR_FLUSH_ERR && !ud_mode_ && desc.queue != &ctrl_sq_ &&
-        desc.peer != nullptr) {
+    Peer* owner = static_cast<Peer*>(desc.peer);
+    if (ud_mode_ && owner != nullptr && desc.queue == &owner->wr_sq) {
+      // UD mode's on-demand write QP: only that connection is lost, not the peer.
+      write_qp_failed = owner;
+      if (wc.status != IBV_WC_WR_FLUSH_ERR && config_.verbose >= 1) {
+        std::fprintf(stderr, "rdmx: RDMA write to %016llx failed: %s\n",
+                     static_cast<unsigned long long>(owner->uid), ibv_wc_status_str(wc.status));
+      }
+    } else if (wc.status != IBV_WC_WR_FLUSH_ERR && !ud_mode_ && desc.queue != &ctrl_sq_ &&
+               desc.peer != nullptr) {
+      // An RC error (retry exceeded: the peer is gone) moves the QP to ERR; flushes follow.
       failed = static_cast<Peer*>(desc.peer);
       if (config_.verbose >= 1 || !closing_) {
         std::fprintf(stderr, "rdmx: RC send to %016llx failed: %s\n",
@@ -281,11 +302,32 @@ void Worker::on_send_completion(const ibv_wc& wc) {
       }
     }
   });
+  if (write_token != 0) {
+    rndv_->on_write_completion(write_token, wc.status == IBV_WC_SUCCESS);
+  }
+  if (write_qp_failed != nullptr && write_qp_failed->wr_state == WriteQpState::kReady) {
+    write_qp_failed->wr_sq.close();
+    (void)retire_wr_qp(*write_qp_failed, true);
+  }
   if (failed != nullptr) {
     for (auto& sq : failed->rc_sq) {
       sq.close();
     }
     fail_peer(*failed, RDMX_ERR_UNREACHABLE, "RC send failed");
+  }
+}
+
+// A completion polled while a QP drains (teardown, retired write QPs): the drain markers are
+// the drain's own; everything else goes its normal way.
+void Worker::on_drain_completion(const ibv_wc& wc) {
+  if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
+    return;
+  }
+  const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
+  if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
+    on_recv_completion(wc);
+  } else {
+    on_send_completion(wc);
   }
 }
 
@@ -307,6 +349,12 @@ void Worker::on_recv_completion(const ibv_wc& wc) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR && !closing_ && config_.verbose >= 1) {
       std::fprintf(stderr, "rdmx: receive failed: %s\n", ibv_wc_status_str(wc.status));
     }
+    pool.release(buf);
+    return;
+  }
+  if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    // The last write of a rendezvous transfer: its immediate names the receive.
+    rndv_->on_imm(rendezvous::from_imm(wc.imm_data));
     pool.release(buf);
     return;
   }
@@ -383,14 +431,14 @@ void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_
       }
       list_ud_timer(p);
     }
-    deliver(p, nullptr, h, payload, pid, buf);
+    deliver(p, nullptr, h, msg + protocol::kHeaderSize, payload, pid, buf);
     while (const auto cookie = p.rx->pop_ready()) {
       MsgDesc* d = reinterpret_cast<MsgDesc*>(*cookie);
       protocol::MsgHeader dh = protocol::make_header(d->kind);
       dh.tag = d->tag;
       dh.aux = d->aux;
       dh.payload_length = d->length;
-      deliver(p, d, dh, d->data, d->pool, d->buf);
+      deliver(p, d, dh, d->body.data(), d->data, d->pool, d->buf);
     }
     if (!ud_mode_) {
       maybe_grant(p);
@@ -420,7 +468,7 @@ void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_
   }
 }
 
-void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h,
+void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h, const std::byte* body,
                      const std::byte* payload, std::uint8_t pool, std::uint32_t buf) {
   const auto kind = static_cast<protocol::MsgKind>(h.kind);
   auto release = [&] {
@@ -432,9 +480,14 @@ void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h,
   };
   switch (kind) {
     case protocol::MsgKind::kEager:
-    case protocol::MsgKind::kEagerSync: {
+    case protocol::MsgKind::kEagerSync:
+    case protocol::MsgKind::kRts: {
       if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, h.tag)) {
-        finish_recv(owner_of(pr), peer, h.tag, kind, h.aux, payload, h.payload_length);
+        if (kind == protocol::MsgKind::kRts) {
+          start_rndv_recv(owner_of(pr), peer, h.tag, protocol::load_wire<protocol::RtsBody>(body));
+        } else {
+          finish_recv(owner_of(pr), peer, h.tag, kind, h.aux, payload, h.payload_length);
+        }
         release();
         return;
       }
@@ -445,6 +498,12 @@ void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h,
       ++stat_unexpected_;
       return;
     }
+    case protocol::MsgKind::kCts:
+    case protocol::MsgKind::kFin:
+    case protocol::MsgKind::kRndvData:
+      on_rndv_message(peer, h, body, payload);
+      release();
+      return;
     case protocol::MsgKind::kMatchAck: {
       const std::uint32_t thread = h.aux >> 24;
       const std::uint32_t slot = h.aux & 0xffff;
@@ -506,6 +565,10 @@ MsgDesc* Worker::keep_message(Peer& peer, const protocol::MsgHeader& h, const st
   d->length = h.payload_length;
   d->tag = h.tag;
   d->source = peer.index;
+  const std::size_t body_bytes = protocol::body_size(d->kind);
+  if (body_bytes != 0) {
+    std::memcpy(d->body.data(), payload - body_bytes, body_bytes);
+  }
   if (pools_[pool]->can_hold()) {
     // Zero copy: the bytes stay in the receive buffer, a spare buffer is posted in its place.
     d->pool = pool;
@@ -585,7 +648,11 @@ int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std
   r->recv.spec = protocol::RecvSpec{.source = src, .tag = tag, .mask = mask};
   if (protocol::UnexpectedMsg* u = matcher_.post_receive(r->recv)) {
     MsgDesc* d = static_cast<MsgDesc*>(u);
-    finish_recv(r, *d->peer, d->tag, d->kind, d->aux, d->data, d->length);
+    if (d->kind == protocol::MsgKind::kRts) {
+      start_rndv_recv(r, *d->peer, d->tag, protocol::load_wire<protocol::RtsBody>(d->body.data()));
+    } else {
+      finish_recv(r, *d->peer, d->tag, d->kind, d->aux, d->data, d->length);
+    }
     release_message(d);
     return RDMX_OK;
   }
@@ -613,7 +680,9 @@ int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
     status->error = RDMX_OK;
     status->tag = d->tag;
     status->source = d->peer->uid;
-    status->length = d->length;
+    status->length = d->kind == protocol::MsgKind::kRts
+                         ? protocol::load_wire<protocol::RtsBody>(d->body.data()).total_length
+                         : d->length;
   }
   if (message != nullptr) {
     *message = reinterpret_cast<rdmx_message_t*>(static_cast<MsgDesc*>(u));
@@ -629,7 +698,11 @@ int Worker::msg_recv(MsgDesc* d, void* buffer, std::size_t length, Request* r,
   init_request(r, ReqType::kRecv, callback, user_data);
   r->buffer = buffer;
   r->capacity = length;
-  finish_recv(r, *d->peer, d->tag, d->kind, d->aux, d->data, d->length);
+  if (d->kind == protocol::MsgKind::kRts) {
+    start_rndv_recv(r, *d->peer, d->tag, protocol::load_wire<protocol::RtsBody>(d->body.data()));
+  } else {
+    finish_recv(r, *d->peer, d->tag, d->kind, d->aux, d->data, d->length);
+  }
   release_message(d);
   return RDMX_OK;
 }

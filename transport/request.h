@@ -38,6 +38,9 @@ enum class ReqState : std::uint8_t {
 
 inline constexpr std::uint32_t kRequestMagic = 0x52514d58;  // marks storage rdmx initialised
 
+// Request::send_flags bit (above the public RDMX_SEND_* flags): the send goes by rendezvous.
+inline constexpr std::uint16_t kSendRendezvous = 1u << 15;
+
 struct Request {
   std::uint32_t magic;
   ReqType type;
@@ -59,6 +62,7 @@ struct Request {
   Peer* peer;
   const void* send_buffer;
   std::uint32_t sync_slot;  // RDMX_SEND_SYNC: index into the thread's sync slots
+  std::uint32_t rndv;       // rendezvous send: the engine's transfer word (0: none)
   std::uint16_t thread;
   bool active;  // linked in the worker's active list
 };

@@ -76,14 +76,16 @@ std::uint64_t Worker::now_us() const noexcept {
 }
 
 Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag,
-                                        std::uint32_t aux, const void* payload,
+                                        std::uint32_t aux, const void* body,
+                                        std::size_t body_length, const void* payload,
                                         std::size_t length) {
   protocol::MsgHeader h = protocol::make_header(kind);
   h.src_ep = peer.remote_index;
   h.payload_length = static_cast<std::uint32_t>(length);
   h.tag = tag;
   h.aux = aux;
-  return ud_mode_ ? post_ud(peer, h, payload, length) : post_rc(peer, h, payload, length);
+  return ud_mode_ ? post_ud(peer, h, body, body_length, payload, length)
+                  : post_rc(peer, h, body, body_length, payload, length);
 }
 
 std::uint32_t Worker::rc_credit_window() const noexcept {
@@ -165,10 +167,13 @@ bool Worker::post_rc_flush(Peer& peer, int cls) {
   return rc == 0;
 }
 
-Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const void* payload,
+Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const void* body,
+                                   std::size_t body_length, const void* payload,
                                    std::size_t length) {
+  // Bytes after the header: the kind's body (rendezvous messages) and the payload.
+  const std::size_t wire = body_length + length;
   // The receiver's size class, and so the QP (each QP feeds the SRQ of its class).
-  const int cls = length <= peer.address.class_capacity[0] ? 0 : 1;
+  const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = peer.rc_sq[cls];
   // The order guard advances only as sends complete. Unsignalled sends left on the other QP
   // of this peer (no traffic there since) would stall it: flush that QP early.
@@ -189,18 +194,24 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
   // are granted only after a refill: maybe_grant).
   h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
   h.ack = peer.rc_granted;
-  const std::size_t total = protocol::kHeaderSize + length;
+  const std::size_t total = protocol::kHeaderSize + wire;
   ibv_sge sge[2];
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND;
   wr.sg_list = sge;
   eager::SendQueue::Post post{
       .kind = protocol::WrKind::kSendInline, .sequenced = true, .seq = h.seq, .peer = &peer};
+  // Header and body side by side, so that inline sends need at most two SGEs.
+  alignas(8) std::byte head[protocol::kHeaderSize + protocol::kMaxBodySize];
+  protocol::store_wire(head, h);
+  if (body_length != 0) {
+    std::memcpy(head + protocol::kHeaderSize, body, body_length);
+  }
   if (total <= max_inline_) {
     // The provider copies header and payload into the WQE: no bounce buffer, no completion
     // needed (selective signalling retires it later).
-    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(&h),
-                     .length = static_cast<std::uint32_t>(protocol::kHeaderSize),
+    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(head),
+                     .length = static_cast<std::uint32_t>(protocol::kHeaderSize + body_length),
                      .lkey = 0};
     sge[1] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(payload),
                      .length = static_cast<std::uint32_t>(length),
@@ -208,15 +219,17 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
     wr.num_sge = length != 0 ? 2 : 1;
     wr.send_flags = IBV_SEND_INLINE;
   } else {
-    const std::uint8_t bcls = length <= res_.small_buf ? 0 : 1;
+    const std::uint8_t bcls = wire <= res_.small_buf ? 0 : 1;
     if (!pool.alloc_buffer(bcls, &post.buf)) [[unlikely]] {
       return PostResult::kNoResource;
     }
     post.buf_class = bcls;
     post.want_signal = true;  // the completion frees the bounce buffer
     std::byte* data = pool.buffer(bcls, post.buf);
-    protocol::store_wire(data, h);
-    std::memcpy(data + protocol::kHeaderSize, payload, length);
+    std::memcpy(data, head, protocol::kHeaderSize + body_length);
+    if (length != 0) {
+      std::memcpy(data + protocol::kHeaderSize + body_length, payload, length);
+    }
     sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(data),
                      .length = static_cast<std::uint32_t>(total),
                      .lkey = pool.lkey()};
@@ -237,16 +250,18 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
   return PostResult::kPosted;
 }
 
-Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const void* payload,
+Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const void* body,
+                                   std::size_t body_length, const void* payload,
                                    std::size_t length) {
-  const int cls = length <= peer.address.class_capacity[0] ? 0 : 1;
+  const std::size_t wire = body_length + length;
+  const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = ud_sq_[cls];
   protocol::SendWindow& win = *peer.ud_tx;
   if (!win.can_send() || win.in_flight() >= peer.ud_cwnd || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
   eager::SendPool& pool = *threads_[0].send;
-  const std::uint8_t bcls = length <= res_.small_buf ? 0 : 1;
+  const std::uint8_t bcls = wire <= res_.small_buf ? 0 : 1;
   std::uint32_t buf = 0;
   if (!pool.alloc_buffer(bcls, &buf)) [[unlikely]] {
     return PostResult::kNoResource;
@@ -262,26 +277,15 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   // UD keeps a copy for retransmission until the ack.
   std::byte* data = pool.buffer(bcls, buf);
   protocol::store_wire(data, h);
-  std::memcpy(data + protocol::kHeaderSize, payload, length);
-  const std::size_t total = protocol::kHeaderSize + length;
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
-              .length = static_cast<std::uint32_t>(total),
-              .lkey = pool.lkey()};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
-  wr.wr.ud.ah = peer.ah->get();
-  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
-  wr.wr.ud.remote_qkey = kQkey;
-  const int rc = sq.post(
-      pool, wr,
-      eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
-                             .buf_class = bcls,
-                             .buf = buf,
-                             .want_signal = pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4,
-                             .peer = &peer});
+  if (body_length != 0) {
+    std::memcpy(data + protocol::kHeaderSize, body, body_length);
+  }
+  if (length != 0) {
+    std::memcpy(data + protocol::kHeaderSize + body_length, payload, length);
+  }
+  // Signalled when bounce buffers run low, so completions retire the unsignalled WRs before it.
+  const int rc = post_ud_buffer(peer, cls, bcls, buf, protocol::kHeaderSize + wire,
+                                pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4);
   if (rc != 0) [[unlikely]] {
     pool.release_unused(bcls, buf);
     if (rc == EAGAIN) {
@@ -297,6 +301,28 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   return PostResult::kPosted;
 }
 
+int Worker::post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf,
+                           std::size_t total, bool want_signal) {
+  eager::SendPool& pool = *threads_[0].send;
+  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(pool.buffer(bcls, buf)),
+              .length = static_cast<std::uint32_t>(total),
+              .lkey = pool.lkey()};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
+  wr.wr.ud.remote_qkey = kQkey;
+  return ud_sq_[cls].post(pool, wr,
+                          eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
+                                                 .buf_class = bcls,
+                                                 .buf = buf,
+                                                 .want_signal = want_signal,
+                                                 .peer = &peer});
+}
+
 bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
   eager::SendPool& pool = *threads_[0].send;
   const std::uint8_t bcls = ud_slot_buf_class(slot);
@@ -310,25 +336,10 @@ bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
   auto h = protocol::load_wire<protocol::MsgHeader>(data);
   h.ack = peer.rx->cumulative_ack();
   protocol::store_wire(data, h);
-  const std::size_t total = protocol::kHeaderSize + h.payload_length;
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(data),
-              .length = static_cast<std::uint32_t>(total),
-              .lkey = pool.lkey()};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
-  wr.wr.ud.ah = peer.ah->get();
-  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
-  wr.wr.ud.remote_qkey = kQkey;
-  const int rc = sq.post(pool, wr,
-                         eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
-                                                .buf_class = bcls,
-                                                .buf = buf,
-                                                .want_signal = false,
-                                                .peer = &peer});
-  if (rc != 0) {
+  const std::size_t total = protocol::kHeaderSize +
+                            protocol::body_size(static_cast<protocol::MsgKind>(h.kind)) +
+                            h.payload_length;
+  if (post_ud_buffer(peer, cls, bcls, buf, total, /*want_signal=*/false) != 0) {
     return false;
   }
   ++stat_ud_retransmits_;
@@ -441,11 +452,14 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
         kicked |= post_rc_flush(*p, c);
       }
     }
-    // Out of credits with nothing in flight: only the peer's grant can move us, and a dead
-    // peer sends none. A signalled zero-length write probes it: a live peer completes it even
-    // while its application is busy, a dead one never does (or fails it).
-    if (!busy && !kicked && p->pending_head != nullptr && p->rc_sq[0].outstanding() == 0 &&
-        !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit)) {
+    // Waiting on the peer with nothing in flight (out of credits, or sync sends waiting for
+    // their match-acks): only a message from the peer can move us, and a dead peer sends none.
+    // A signalled zero-length write probes it: a live peer completes it even while its
+    // application is busy (an unmatched sync send may wait for hours), a dead one never does
+    // (or fails it).
+    const bool starved =
+        p->pending_head != nullptr && !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit);
+    if (!busy && !kicked && (starved || p->sync_waiting != 0) && p->rc_sq[0].outstanding() == 0) {
       busy = post_rc_flush(*p, 0);
     }
     if (!busy || kicked || p->rc_completions != p->rc_watch_completions) {
@@ -500,6 +514,9 @@ void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
 }
 
 bool Worker::start_send(Peer& peer, Request* r) {
+  if ((r->send_flags & kSendRendezvous) != 0) {
+    return start_rndv_send(peer, r);
+  }
   const bool sync = (r->send_flags & RDMX_SEND_SYNC) != 0;
   std::uint32_t aux = 0;
   if (sync) {
@@ -671,6 +688,9 @@ void Worker::fail_peer(Peer& peer, int code, const char* why) {
   }
   set_state(peer, PeerState::kFailed);
   fail_pending(peer, code);
+  if (rndv_) {
+    rndv_->on_peer_failed(peer.index, code);
+  }
   peer.pending_match_acks.clear();
   if (peer.ud_tx) {
     eager::SendPool& pool = *threads_[0].send;
@@ -688,24 +708,18 @@ int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::ui
   if (peer.state == PeerState::kFailed) {
     return RDMX_ERR_UNREACHABLE;
   }
+  // Above the threshold (and anything the peer's eager buffers cannot take): rendezvous.
   const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
-  if (length > limit) [[unlikely]] {
-    // Rendezvous (the next issue) will take these; until then say so instead of failing later.
-    if (config_.verbose >= 2) {
-      std::fprintf(stderr,
-                   "rdmx: a %zu-byte send exceeds the eager limit %zu (%s): rendezvous is not "
-                   "implemented yet\n",
-                   length, limit, ud_mode_ ? "UD: one packet" : "RC: large buffer size");
-    }
-    return RDMX_ERR_UNSUPPORTED;
-  }
+  const bool rndv = length >= res_.rndv_thresh || length > limit;
   init_request(r, ReqType::kSend, callback, user_data);
   r->peer = &peer;
   r->send_buffer = buffer;
   r->status.length = length;
   r->status.tag = tag;
-  r->send_flags = static_cast<std::uint16_t>(flags);
-  if ((flags & RDMX_SEND_SYNC) != 0) {
+  r->send_flags = static_cast<std::uint16_t>(flags | (rndv ? kSendRendezvous : 0));
+  // A rendezvous send completes only after the receiver matched it (its CTS), which is what
+  // RDMX_SEND_SYNC asks for: it needs no sync slot.
+  if ((flags & RDMX_SEND_SYNC) != 0 && !rndv) {
     ThreadCtx& tc = threads_[r->thread];
     if (tc.sync_free.empty()) {
       r->state = ReqState::kIdle;

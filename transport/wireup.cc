@@ -304,6 +304,24 @@ bool Worker::send_connect(Peer& peer, std::uint8_t op) {
   return post_ctrl(peer, h, &body, sizeof(body));
 }
 
+bool Worker::send_wr_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                          std::uint32_t for_qpn) {
+  ConnectBody body{};
+  body.op = op;
+  body.transport = static_cast<std::uint8_t>(RDMX_TRANSPORT_UD);
+  body.sender_index = peer.index;
+  body.target_uid = peer.uid;
+  body.target_instance = peer.remote_instance;
+  body.rc_qpn[0] = qpn;
+  body.rc_psn[0] = psn;
+  body.rc_qpn[1] = for_qpn;
+  std::memcpy(body.address, address_bytes_.data(), kAddressSize);
+  protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kConnect);
+  h.src_ep = peer.remote_index;
+  h.payload_length = sizeof(body);
+  return post_ctrl(peer, h, &body, sizeof(body));
+}
+
 bool Worker::send_disconnect(Peer& peer) {
   if (peer.remote_index == kNoIndex) {
     return false;
@@ -361,6 +379,14 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
   if (decode_address(body.address, kAddressSize, &from) != RDMX_OK || body.target_uid != uid_ ||
       (body.target_instance != 0 && body.target_instance != instance_)) {
     return;  // not for this worker (or for an earlier incarnation of it)
+  }
+  if (body.op == kOpWrRequest || body.op == kOpWrReply || body.op == kOpWrClose) {
+    Peer* p = find_peer(from.uid);
+    if (ud_mode_ && p != nullptr && p->state == PeerState::kConnected &&
+        p->address.instance == from.instance) {
+      on_wr_ctrl(*p, body.op, body.rc_qpn[0], body.rc_psn[0], body.rc_qpn[1]);
+    }
+    return;
   }
   if (body.op != kOpRequest && body.op != kOpReply) {
     return;

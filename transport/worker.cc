@@ -331,6 +331,8 @@ void Worker::setup() {
   a.class_capacity = {res_.small_buf, res_.large_buf};
   a.max_inline = max_inline_;
   address_bytes_ = encode_address(a);
+
+  setup_rendezvous();
 }
 
 Worker::~Worker() {
@@ -342,7 +344,12 @@ void Worker::teardown() noexcept {
   debug::DestroyReport report;
   report.valid = true;
 
-  // 1. Fail every active request and run every pending callback.
+  // 1. Fail every active request and run every pending callback. Rendezvous transfers first:
+  //    the engine completes their requests (registrations of writes still in flight are kept
+  //    until the QPs are drained, step 3).
+  if (rndv_) {
+    rndv_->cancel_all(RDMX_ERR_CANCELED);
+  }
   while (active_head_ != nullptr) {
     Request* r = active_head_;
     if (r->type == ReqType::kRecv && r->recv.posted()) {
@@ -420,12 +427,16 @@ void Worker::teardown() noexcept {
 
   // 4. QPs, in the verbs/ teardown sequence: ERR, LAST_WQE_REACHED (bounded), drain, destroy.
   //    All QPs go to ERR first so that their flushes and events overlap.
+  destroy_retired_qps();
   std::vector<std::pair<verbs::QueuePair*, eager::SendQueue*>> qps;
   for (auto& p : peers_) {
     for (int c = 0; c < kNumClasses; ++c) {
       if (p->rc_qp[c]) {
         qps.emplace_back(p->rc_qp[c].get(), &p->rc_sq[c]);
       }
+    }
+    if (p->wr_qp) {
+      qps.emplace_back(p->wr_qp.get(), &p->wr_sq);
     }
   }
   for (int c = 0; c < kNumClasses; ++c) {
@@ -446,17 +457,7 @@ void Worker::teardown() noexcept {
       }
     }
   }
-  const auto on_wc = [this](const ibv_wc& wc) {
-    if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
-      return;
-    }
-    const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
-    if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
-      on_recv_completion(wc);
-    } else {
-      on_send_completion(wc);
-    }
-  };
+  const auto on_wc = [this](const ibv_wc& wc) { on_drain_completion(wc); };
   // rxe never raises LAST_WQE_REACHED (kernel 6.1): once one QP has waited for it in vain, the
   // others (moved to ERR together, so their events would be here by now) do not wait.
   bool wait_last_wqe = true;
@@ -511,9 +512,18 @@ void Worker::teardown() noexcept {
   }
   for (auto& p : peers_) {
     p->rc_qp = {};
+    p->wr_qp.reset();
   }
   ud_qp_ = {};
   ctrl_qp_.reset();
+  // No write can read or land any more: drop the rendezvous registrations, then the cache's
+  // MRs (before the PD).
+  if (rndv_) {
+    rndv_->release_all();
+  }
+  rndv_.reset();
+  rndv_hooks_.reset();
+  rcache_.reset();
 
   // Held and unexpected messages give their buffers back.
   for (auto& p : peers_) {
@@ -628,6 +638,25 @@ void Worker::stats(rdmx_stats_t* out) const {
   }
   s.num_qps = qps;
   s.transport = ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC;
+  if (rndv_) {
+    const rendezvous::EngineStats& e = rndv_->stats();
+    s.rndv_sends = e.sends;
+    s.rndv_recvs = e.recvs;
+    s.rndv_zero_copy_bytes = e.zero_copy_bytes;
+    s.rndv_copied_bytes = e.copied_bytes;
+    s.rndv_reg_failures = e.reg_failures;
+  }
+  if (rcache_) {
+    const rendezvous::RegCacheStats r = rcache_->stats();
+    s.rndv_reg_hits = r.hits;
+    s.rndv_reg_misses = r.misses;
+  }
+  for (const auto& p : peers_) {
+    s.rc_connections += p->wr_state != WriteQpState::kNone ? 1 : 0;
+    s.num_qps += p->wr_qp ? 1 : 0;
+  }
+  s.rc_connects = stat_rc_connects_;
+  s.rc_retired = stat_rc_retired_;
   *out = s;
 }
 

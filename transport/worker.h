@@ -27,6 +27,9 @@
 #include "protocol/tag_match.h"
 #include "protocol/wire.h"
 #include "rdmx/rdmx.h"
+#include "rendezvous/engine.h"
+#include "rendezvous/rc_lru.h"
+#include "rendezvous/reg_cache.h"
 #include "transport/address.h"
 #include "transport/config.h"
 #include "transport/peer.h"
@@ -42,6 +45,13 @@ struct rdmx_worker {
 };
 
 namespace rdmx::transport {
+
+// kConnect operations for UD mode's on-demand RC write connections (wireup.cc, rndv.cc); 1 and
+// 2 are the endpoint handshake's REQUEST and REPLY.
+inline constexpr std::uint8_t kOpWrRequest = 3;  // qpn/psn: the requester's write QP
+inline constexpr std::uint8_t kOpWrReply = 4;    // qpn/psn: the responder's (qpn 0: refused);
+                                                 // for: the requester's QP it answers
+inline constexpr std::uint8_t kOpWrClose = 5;    // qpn: the sender's QP, now retired
 
 // Pools by id (the id is in the wr_id slot of every receive).
 inline constexpr std::uint8_t kPoolSmall = 0;
@@ -100,6 +110,8 @@ struct MsgDesc : protocol::UnexpectedMsg {
   protocol::Seq seq = 0;
   std::uint32_t aux = 0;
   std::uint32_t length = 0;
+  // The kind's body (kRts: RtsBody, whose total_length probe reports), copied out.
+  std::array<std::byte, protocol::kMaxBodySize> body{};
   const std::byte* data = nullptr;  // payload
   std::uint8_t pool = 0xff;         // receive pool holding the bytes, 0xff: heap copy
   std::uint32_t buf = 0;
@@ -184,7 +196,13 @@ class Worker {
   // --- send path (send.cc)
   enum class PostResult : std::uint8_t { kPosted, kNoResource, kFailed };
   PostResult post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag, std::uint32_t aux,
-                          const void* payload, std::size_t length);
+                          const void* payload, std::size_t length) {
+    return post_message(peer, kind, tag, aux, nullptr, 0, payload, length);
+  }
+  // With the kind's body (body_length == protocol::body_size(kind)) between header and payload.
+  PostResult post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag, std::uint32_t aux,
+                          const void* body, std::size_t body_length, const void* payload,
+                          std::size_t length);
   bool post_rc_flush(Peer& peer, int cls);
   std::uint32_t rc_credit_window() const noexcept;
   protocol::Seq grant_credits(Peer& peer) noexcept;
@@ -193,11 +211,15 @@ class Worker {
   bool header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
                       eager::SendQueue::Post* post, ibv_sge* sge, ibv_send_wr* wr) const;
   void on_rc_credits(Peer& peer, protocol::Seq limit);
-  PostResult post_rc(Peer& peer, protocol::MsgHeader& header, const void* payload,
-                     std::size_t length);
-  PostResult post_ud(Peer& peer, protocol::MsgHeader& header, const void* payload,
-                     std::size_t length);
+  PostResult post_rc(Peer& peer, protocol::MsgHeader& header, const void* body,
+                     std::size_t body_length, const void* payload, std::size_t length);
+  PostResult post_ud(Peer& peer, protocol::MsgHeader& header, const void* body,
+                     std::size_t body_length, const void* payload, std::size_t length);
   bool post_ud_ack(Peer& peer);
+  // Posts UD bounce buffer `buf` of class `bcls` (header + payload, `total` bytes) to the
+  // peer's class-`cls` QP: 0, or the errno of SendQueue::post.
+  int post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf, std::size_t total,
+                     bool want_signal);
   bool resend_ud(Peer& peer, std::uint32_t slot);
   bool start_send(Peer& peer, Request* request);  // true: posted (or failed), false: must queue
   void queue_send(Peer& peer, Request* request);
@@ -216,8 +238,9 @@ class Worker {
   int poll_cqs();
   void on_send_completion(const ibv_wc& wc);
   void on_recv_completion(const ibv_wc& wc);
+  void on_drain_completion(const ibv_wc& wc);
   void on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc);
-  void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header,
+  void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header, const std::byte* body,
                const std::byte* payload, std::uint8_t pool, std::uint32_t buf);
   MsgDesc* keep_message(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload,
                         std::uint8_t pool, std::uint32_t buf);
@@ -229,6 +252,34 @@ class Worker {
                    std::uint32_t aux, const std::byte* payload, std::size_t length);
   void handle_async_events();
   bool drop_for_test() noexcept;
+
+  // --- rendezvous (rndv.cc): the glue between the transport and rendezvous::Engine
+  class RndvHooks;  // the engine's rendezvous::Transport
+  void setup_rendezvous();
+  // Posts the RTS of a rendezvous send (start_send's counterpart for large messages).
+  bool start_rndv_send(Peer& peer, Request* request);
+  // A receive matched an RTS (on arrival, from the unexpected queue, or by mrecv).
+  void start_rndv_recv(Request* request, Peer& peer, std::uint64_t tag,
+                       const protocol::RtsBody& rts);
+  // kCts, kFin and kRndvData delivered in order.
+  void on_rndv_message(Peer& peer, const protocol::MsgHeader& header, const std::byte* body,
+                       const std::byte* payload);
+  rendezvous::WriteConnection write_connection(Peer& peer);
+  rendezvous::PostResult post_write(Peer& peer, const rendezvous::WriteRequest& write);
+  // UD: on-demand RC connections for writes.
+  void start_wr_connect(Peer& peer);
+  bool create_wr_qp(Peer& peer);
+  bool connect_wr_qp(Peer& peer, std::uint32_t remote_qpn, std::uint32_t remote_psn);
+  bool send_wr_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                    std::uint32_t for_qpn = 0);
+  void on_wr_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                  std::uint32_t for_qpn);
+  void wr_connect_failed(Peer& peer, const char* why);
+  // Takes the peer's write QP out of service (destroyed from progress()); false while busy.
+  bool retire_wr_qp(Peer& peer, bool tell_peer);
+  bool wr_busy(std::uint32_t peer_index) const noexcept;
+  void run_wr_timers(std::uint64_t now_us);
+  void destroy_retired_qps();
 
   // --- requests
   void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data);
@@ -264,6 +315,16 @@ class Worker {
   eager::SendQueue ctrl_sq_;
   std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> ud_qp_;
   std::array<eager::SendQueue, kNumClasses> ud_sq_;
+  // Rendezvous: the registration cache (its MRs go before the PD), the engine and, in UD mode,
+  // the cap on on-demand RC connections.
+  std::unique_ptr<rendezvous::RegCache> rcache_;
+  std::unique_ptr<rendezvous::Transport> rndv_hooks_;  // a RndvHooks
+  std::unique_ptr<rendezvous::Engine> rndv_;
+  std::unique_ptr<rendezvous::RcLru> wr_lru_;
+  std::vector<Peer*> wr_connect_list_;
+  std::uint64_t next_wr_timer_us_ = 0;
+  // Write QPs taken out of service, destroyed from progress() (never from inside a hook).
+  std::vector<std::unique_ptr<verbs::QueuePair>> wr_retired_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<std::uint64_t, std::uint32_t> peer_by_uid_;
 
@@ -303,6 +364,8 @@ class Worker {
   std::uint64_t stat_limit_events_ctrl_ = 0;
   std::uint64_t rnr_baseline_ = 0;
   std::uint64_t recv_completed_ = 0;
+  std::uint64_t stat_rc_connects_ = 0;
+  std::uint64_t stat_rc_retired_ = 0;
 };
 
 }  // namespace rdmx::transport

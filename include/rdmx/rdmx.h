@@ -77,12 +77,16 @@ typedef struct rdmx_config {
   uint32_t srq_depth;         /* RDMX_SRQ_DEPTH: receive buffers per SRQ (minimum enforced) */
   uint32_t srq_low_watermark; /* RDMX_SRQ_LOW_WATERMARK: srq_limit; refill when below */
   size_t eager_limit;         /* RDMX_EAGER_LIMIT: largest message sent eagerly */
-  size_t rndv_thresh;         /* RDMX_RNDV_THRESH: messages of this size and up use rendezvous */
+  size_t rndv_thresh;         /* RDMX_RNDV_THRESH: messages of this size and up use rendezvous
+                                 (so do all messages above the eager limit); default: the
+                                 eager limit + 1 */
   uint64_t uid;               /* RDMX_UID: this worker's source id; 0 = derived from host/pid */
   double ud_drop_rate;        /* RDMX_UD_DROP_RATE: TEST ONLY, fraction of UD packets dropped */
   uint32_t ud_rto_us;         /* RDMX_UD_RTO_US: initial UD retransmission timeout */
   uint32_t peer_timeout_ms;   /* RDMX_PEER_TIMEOUT_MS: a silent peer is declared dead after it */
   int verbose;                /* RDMX_VERBOSE: 0 quiet, 1 choices made, 2 debug */
+  uint32_t max_rc_peers;      /* RDMX_MAX_RC_PEERS: UD mode, RC connections kept for rendezvous
+                                 writes; the least recently used idle one is retired */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);
@@ -170,6 +174,18 @@ typedef struct rdmx_stats {
   uint64_t recv_mem_bytes;    /* registered receive buffer memory */
   uint64_t num_qps;           /* QPs owned by the worker */
   rdmx_transport_t transport; /* the transport chosen */
+  /* Rendezvous (messages of rndv_thresh bytes and more). */
+  uint64_t rndv_sends;           /* rendezvous sends started (RTS posted) */
+  uint64_t rndv_recvs;           /* rendezvous receives matched */
+  uint64_t rndv_zero_copy_bytes; /* bytes sent by RDMA write straight from the user's buffer */
+  uint64_t rndv_copied_bytes;    /* bytes sent through the copy path (registration refused, or
+                                    no RC connection for writes) */
+  uint64_t rndv_reg_failures;    /* buffer registrations refused (either side): copy path */
+  uint64_t rndv_reg_hits;        /* registrations served by the registration cache */
+  uint64_t rndv_reg_misses;      /* registrations the cache had to make (ibv_reg_mr) */
+  uint64_t rc_connections;       /* UD mode: on-demand RC connections open now */
+  uint64_t rc_connects;          /* UD mode: on-demand RC connections made */
+  uint64_t rc_retired;           /* UD mode: idle RC connections retired to respect the cap */
 } rdmx_stats_t;
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);

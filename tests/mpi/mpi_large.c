@@ -1,16 +1,17 @@
 /*
  * Messages above rdmx's eager limit (rendezvous). Skipped as a whole (ctest: Skipped) while
- * rdmx refuses them. Ping-pong from just above the limit to 8 MiB + 5 bytes (more than rxe's
- * 8 MiB max message), MPI_Ssend, wildcard receives, probe of a large message, several
- * outstanding at once, and a receive posted after the message arrived (unexpected).
+ * rdmx refuses them. Ping-pong from just above the limit to 64 MiB (8 MiB + 5 and 16 MiB + 1:
+ * more than rxe's 8 MiB max message, split into several writes), MPI_Ssend, wildcard receives,
+ * probe of a large message, several outstanding at once, and a receive posted after the message
+ * arrived (unexpected).
  */
 #include "mpi_test.h"
 
 int main(int argc, char** argv) {
   /* From just above a UD eager limit (one MTU) and RC's default (8 KiB) up. */
-  const size_t sizes[] = {1025,   4097,    8193,    16384,        65536 + 3,
-                          262144, 1 << 20, 4 << 20, (8 << 20) + 5};
-  const size_t max = (8 << 20) + 5;
+  const size_t sizes[] = {1025,    4097,    8193,          16384,          65536 + 3, 262144,
+                          1 << 20, 4 << 20, (8 << 20) + 5, (16 << 20) + 1, 64 << 20};
+  const size_t max = 64 << 20;
   unsigned char *s, *r;
   size_t k;
   int count;

@@ -56,7 +56,7 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
       {"RDMX_LARGE_BUF", "16k"},     {"RDMX_SRQ_DEPTH", "100"},    {"RDMX_SRQ_LOW_WATERMARK", "7"},
       {"RDMX_EAGER_LIMIT", "4K"},    {"RDMX_RNDV_THRESH", "1m"},   {"RDMX_UID", "0x1234"},
       {"RDMX_UD_DROP_RATE", "0.05"}, {"RDMX_UD_RTO_US", "777"},    {"RDMX_PEER_TIMEOUT_MS", "1500"},
-      {"RDMX_VERBOSE", "2"}};
+      {"RDMX_VERBOSE", "2"},         {"RDMX_MAX_RC_PEERS", "3"}};
   std::string err;
   ASSERT_EQ(apply_env(&c, lookup, const_cast<Env*>(&env), &err), RDMX_OK) << err;
   EXPECT_STREQ(c.device, "rxe7");
@@ -75,6 +75,29 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
   EXPECT_EQ(c.ud_rto_us, 777u);
   EXPECT_EQ(c.peer_timeout_ms, 1500u);
   EXPECT_EQ(c.verbose, 2);
+  EXPECT_EQ(c.max_rc_peers, 3u);
+}
+
+TEST(Config, RendezvousThresholdNeverAboveTheEagerLimitPlusOne) {
+  rdmx_config_t c = defaults();
+  EXPECT_EQ(c.max_rc_peers, kDefaultMaxRcPeers);
+  Resolved r;
+  std::string err;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_LE(r.rndv_thresh, r.eager_limit + 1);
+  EXPECT_EQ(r.rndv_thresh, std::min<std::size_t>(c.rndv_thresh, r.eager_limit + 1));
+  c.rndv_thresh = 1u << 30;  // above what eager can carry: everything above the limit is rndv
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rndv_thresh, r.eager_limit + 1);
+  c.transport = RDMX_TRANSPORT_UD;  // UD: one packet
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rndv_thresh, 1024u - 32u + 1u);
+  c.rndv_thresh = 100;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rndv_thresh, 100u);
+  c.max_rc_peers = 0;
+  EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_ERR_INVALID_PARAM);
+  EXPECT_NE(err.find("RDMX_MAX_RC_PEERS"), std::string::npos) << err;
 }
 
 TEST(Config, BadValuesNameTheVariableAndKeepTheDefault) {

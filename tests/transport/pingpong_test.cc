@@ -2,6 +2,7 @@
 // with both processes on one device (rxe loops back) and across two devices (rxe1 <-> rxe2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ostream>
@@ -52,30 +53,74 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
   RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
   RDMX_CHECK_EQ(rank, st.transport, c.transport);
 
-  // The eager limit: the sizes rdmx_tag_send refuses with UNSUPPORTED (and accepts nothing).
-  const std::size_t expect_limit = c.transport == RDMX_TRANSPORT_RC ? 8192 : 0;
-  std::size_t limit = 0;
+  // The eager limit: the largest size that does not go by rendezvous (a rendezvous send counts
+  // in rndv_sends as soon as its RTS is posted, and completes only once the peer receives it).
+  // RC: the large buffer unless the rendezvous threshold is lower (by default 8192).
+  const rdmx_config_t defaults = test_config(dev, c.transport);
+  const std::size_t expect_limit =
+      c.transport == RDMX_TRANSPORT_RC
+          ? std::min<std::size_t>(
+                {defaults.large_buf_size, defaults.eager_limit, defaults.rndv_thresh - 1})
+          : 0;
+  // The connection first: a send queued for it has not chosen its protocol yet (nothing counted).
   {
-    std::vector<std::uint8_t> probe(1 << 16);
-    std::size_t lo = 0, hi = probe.size();  // lo accepted-size candidate, hi refused
-    rdmx_request_t req;
-    RDMX_CHECK_EQ(rank, rdmx_tag_send(ep, probe.data(), hi, 0, 0, &req, nullptr, nullptr),
-                  RDMX_ERR_UNSUPPORTED);
-    // Binary search with sends that would be accepted only at the end: a refused send accepts
-    // nothing, so probe from above and stop at the first size that is not refused.
+    rdmx_request_t sreq, rreq;
+    std::uint8_t out = 1, in = 0;
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, 0x1000, ~std::uint64_t{0}, &rreq,
+                                      nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, 0x1000, 0, &sreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "connection send"));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, "connection receive"));
+  }
+  std::size_t limit = 0;
+  std::vector<std::uint8_t> probe(1 << 16);
+  std::vector<rdmx_request_t> probes;
+  probes.reserve(64);  // requests must not move while active
+  {
+    std::size_t lo = 0, hi = probe.size();  // lo: sent eagerly; hi: by rendezvous
+    auto rndv_sends = [&] {
+      rdmx_stats_t s{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &s));
+      return s.rndv_sends;
+    };
     while (lo + 1 < hi) {
       const std::size_t mid = (lo + hi) / 2;
-      const int rc = rdmx_tag_send(ep, probe.data(), mid, 0x7fff, 0, &req, nullptr, nullptr);
-      if (rc == RDMX_ERR_UNSUPPORTED) {
-        hi = mid;
-      } else {
-        RDMX_CHECK_OK(rank, rc);
-        // Accepted: the peer drains these "probe" messages (tag 0x7fff) below.
-        lo = mid;
-        RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "probe send"));
+      const std::uint64_t before = rndv_sends();
+      probes.emplace_back();
+      // The peer drains these "probe" messages (tag 0x7fff) below; they complete after that.
+      RDMX_CHECK_OK(
+          rank, rdmx_tag_send(ep, probe.data(), mid, 0x7fff, 0, &probes.back(), nullptr, nullptr));
+      // A send queued for resources (UD's congestion window) has not chosen yet: progress until
+      // it posts its RTS (rendezvous) or completes (eager; a rendezvous send cannot complete
+      // before the peer receives it, which it does only after probing).
+      bool rndv = false;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (;;) {
+        if (rndv_sends() != before) {
+          rndv = true;
+          break;
+        }
+        if (rdmx_request_test(&probes.back(), nullptr) != RDMX_INPROGRESS) {
+          break;
+        }
+        RDMX_CHECK(rank, rdmx_worker_progress(w) >= 0);
+        if (seconds_since(t0) > 30) {
+          rank.fail(__FILE__, __LINE__, "a probe send neither completed nor went by rendezvous");
+        }
       }
+      (rndv ? hi : lo) = mid;
     }
     limit = lo;
+  }
+  // Both sides progress until both are done probing: the peer's queued probes need our acks.
+  {
+    rdmx_request_t sreq, rreq;
+    std::uint8_t out = 2, in = 0;
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, 0x1001, ~std::uint64_t{0}, &rreq,
+                                      nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, 0x1001, 0, &sreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "probing-done send"));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, "probing-done receive"));
   }
   if (expect_limit != 0) {
     RDMX_CHECK_EQ(rank, limit, expect_limit);
@@ -102,6 +147,9 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
       }
     }
     RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "sentinel send"));
+    for (auto& p : probes) {
+      RDMX_CHECK_OK(rank, wait_request(rank, w, &p, nullptr, "probe send"));
+    }
   }
 
   // Every size up to 1100 (the inline limit, 512 - 32, and the small class, 1024, are below);

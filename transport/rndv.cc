@@ -1,0 +1,533 @@
+// The glue between the worker and the rendezvous engine (rendezvous/engine.h): the engine's
+// Transport hooks, the RTS of large sends, matched RTSs, the rendezvous messages, RDMA writes,
+// and UD mode's on-demand RC connections for those writes.
+//
+// Which QP carries the writes:
+//   RC: the peer's large-class QP (rc_qp[1]), so that small messages on rc_qp[0] never queue
+//       behind megabytes of writes; the write-with-imm consumes one receive of the large SRQ.
+//   UD: a third kind of QP, an RC QP per peer made on demand over the control QP when the first
+//       large message to that peer needs it (kOpWrRequest/kOpWrReply), attached to the small
+//       class's SRQ. At most max_rc_peers of them (RDMX_MAX_RC_PEERS); when another is needed
+//       the least recently used idle one is retired (kOpWrClose, best effort). When every one is
+//       busy, or the peer refuses (it is at its own cap), the transfer takes the copy path.
+//       Every CTS carries (header aux) the QPN of the receiver's write QP (0: none yet), so a
+//       sender whose QP points at another QP of the receiver (it retired ours, its close was
+//       lost) notices and reconnects instead of writing into nothing.
+#include <random>
+
+#include "transport/worker.h"
+#include "verbs/error.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+constexpr std::uint64_t kWrConnectRtoUs = 2000;
+constexpr std::uint64_t kWrConnectRtoMaxUs = 200000;
+
+}  // namespace
+
+// --- the engine's view of the worker -----------------------------------------------------------
+
+class Worker::RndvHooks final : public rendezvous::Transport {
+ public:
+  explicit RndvHooks(Worker& w) : w_(w) {}
+
+  rendezvous::PostResult post_cts(rendezvous::PeerIndex peer,
+                                  const protocol::CtsBody& body) override {
+    Peer& p = *w_.peers_[peer];
+    // UD: our write QP for this peer (connecting or connected), so that a sender whose QP
+    // points at another one of ours knows it is stale.
+    const std::uint32_t aux = w_.ud_mode_ && p.wr_qp ? p.wr_qp->qp_num() : 0;
+    return post(p, protocol::MsgKind::kCts, aux, &body, sizeof(body), nullptr, 0);
+  }
+  rendezvous::PostResult post_fin(rendezvous::PeerIndex peer,
+                                  const protocol::FinBody& body) override {
+    return post(*w_.peers_[peer], protocol::MsgKind::kFin, 0, &body, sizeof(body), nullptr, 0);
+  }
+  rendezvous::PostResult post_fragment(rendezvous::PeerIndex peer, const protocol::DataBody& body,
+                                       const void* data, std::size_t length) override {
+    return post(*w_.peers_[peer], protocol::MsgKind::kRndvData, 0, &body, sizeof(body), data,
+                length);
+  }
+  std::size_t fragment_capacity(rendezvous::PeerIndex peer) override {
+    const Peer& p = *w_.peers_[peer];
+    // Body and payload must fit our large bounce buffers and the peer's large receive buffers.
+    return std::min<std::size_t>(w_.res_.large_buf, p.address.class_capacity[1]) -
+           sizeof(protocol::DataBody);
+  }
+  rendezvous::WriteConnection write_connection(rendezvous::PeerIndex peer) override {
+    return w_.write_connection(*w_.peers_[peer]);
+  }
+  rendezvous::PostResult post_write(rendezvous::PeerIndex peer,
+                                    const rendezvous::WriteRequest& write) override {
+    return w_.post_write(*w_.peers_[peer], write);
+  }
+  void complete_send(void* request, int code) override {
+    Request* r = static_cast<Request*>(request);
+    r->rndv = 0;
+    w_.complete(r, code);
+  }
+  void complete_recv(void* request, int code, std::uint64_t length) override {
+    Request* r = static_cast<Request*>(request);
+    r->status.length = length;
+    w_.complete(r, code);
+  }
+
+ private:
+  static rendezvous::PostResult to_engine(PostResult r) noexcept {
+    switch (r) {
+      case PostResult::kPosted:
+        return rendezvous::PostResult::kPosted;
+      case PostResult::kNoResource:
+        return rendezvous::PostResult::kNoResource;
+      case PostResult::kFailed:
+        break;
+    }
+    return rendezvous::PostResult::kFailed;
+  }
+
+  rendezvous::PostResult post(Peer& p, protocol::MsgKind kind, std::uint32_t aux, const void* body,
+                              std::size_t body_length, const void* payload, std::size_t length) {
+    if (p.state == PeerState::kFailed) {
+      return rendezvous::PostResult::kFailed;
+    }
+    if (p.state != PeerState::kConnected) {
+      return rendezvous::PostResult::kNoResource;
+    }
+    return to_engine(w_.post_message(p, kind, 0, aux, body, body_length, payload, length));
+  }
+
+  Worker& w_;
+};
+
+void Worker::setup_rendezvous() {
+  rcache_ = std::make_unique<rendezvous::RegCache>(*pd_, rendezvous::RegCacheConfig{});
+  rndv_hooks_ = std::make_unique<RndvHooks>(*this);
+  rendezvous::EngineConfig ec;
+  // The largest message one work request may carry (rxe: 8 MiB): no write is larger.
+  ec.max_write = port_attr_.max_msg_sz != 0 ? port_attr_.max_msg_sz : (1u << 31);
+  ec.pipeline_depth = rendezvous::kDefaultPipelineDepth;
+  ec.log.verbose = config_.verbose;
+  rndv_ = std::make_unique<rendezvous::Engine>(*rndv_hooks_, *rcache_, ec);
+  if (ud_mode_) {
+    wr_lru_ = std::make_unique<rendezvous::RcLru>(res_.max_rc_peers);
+  }
+  if (config_.verbose >= 1) {
+    std::fprintf(stderr,
+                 "rdmx: rendezvous from %zu bytes: RDMA writes of up to %u bytes, %u in flight, "
+                 "%s%s\n",
+                 res_.rndv_thresh, ec.max_write, ec.pipeline_depth,
+                 ud_mode_ ? "on-demand RC connections, at most " : "over the RC QPs",
+                 ud_mode_ ? std::to_string(res_.max_rc_peers).c_str() : "");
+  }
+}
+
+// --- sender ------------------------------------------------------------------------------------
+
+bool Worker::start_rndv_send(Peer& peer, Request* r) {
+  protocol::RtsBody rts{};
+  const std::uint32_t word =
+      rndv_->begin_send(peer.index, r, r->send_buffer, r->status.length, &rts);
+  if (word == rendezvous::kNoTransfer) [[unlikely]] {
+    return false;  // a million transfers in flight: wait in the queue
+  }
+  switch (post_message(peer, protocol::MsgKind::kRts, r->status.tag, 0, &rts, sizeof(rts), nullptr,
+                       0)) {
+    case PostResult::kPosted:
+      r->rndv = word;
+      r->state = ReqState::kActive;
+      activate(r);
+      return true;
+    case PostResult::kNoResource:
+      rndv_->abort_send(word);
+      return false;
+    case PostResult::kFailed:
+      break;
+  }
+  rndv_->abort_send(word);
+  complete(r, RDMX_ERR_IO);
+  return true;
+}
+
+rendezvous::WriteConnection Worker::write_connection(Peer& p) {
+  using rendezvous::WriteConnection;
+  if (p.state != PeerState::kConnected) {
+    return WriteConnection::kUnavailable;
+  }
+  if (!ud_mode_) {
+    return p.rc_ready ? WriteConnection::kReady : WriteConnection::kUnavailable;
+  }
+  switch (p.wr_state) {
+    case WriteQpState::kReady:
+      if (p.wr_sq.closed()) {
+        return WriteConnection::kUnavailable;  // failed, being retired
+      }
+      wr_lru_->touch(p.index);
+      return WriteConnection::kReady;
+    case WriteQpState::kConnecting:
+      return WriteConnection::kConnecting;
+    case WriteQpState::kNone:
+      break;
+  }
+  const auto d = wr_lru_->admit(p.index, [this](std::uint32_t i) { return wr_busy(i); });
+  switch (d.admit) {
+    case rendezvous::RcLru::Admit::kFull:
+      return WriteConnection::kUnavailable;
+    case rendezvous::RcLru::Admit::kEvict:
+      if (!retire_wr_qp(*peers_[d.victim], true)) {
+        return WriteConnection::kUnavailable;
+      }
+      break;
+    case rendezvous::RcLru::Admit::kRoom:
+    case rendezvous::RcLru::Admit::kConnected:
+      break;
+  }
+  start_wr_connect(p);
+  return p.wr_state == WriteQpState::kConnecting ? WriteConnection::kConnecting
+                                                 : WriteConnection::kUnavailable;
+}
+
+rendezvous::PostResult Worker::post_write(Peer& p, const rendezvous::WriteRequest& w) {
+  if (p.state == PeerState::kFailed) {
+    return rendezvous::PostResult::kFailed;
+  }
+  eager::SendQueue* sq = &p.rc_sq[1];
+  if (ud_mode_) {
+    if (p.wr_state != WriteQpState::kReady) {
+      return rendezvous::PostResult::kFailed;
+    }
+    sq = &p.wr_sq;
+  }
+  ibv_sge sge{
+      .addr = reinterpret_cast<std::uintptr_t>(w.local_addr), .length = w.length, .lkey = w.lkey};
+  ibv_send_wr wr{};
+  wr.opcode = w.with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = w.length != 0 ? 1 : 0;
+  if (w.with_imm) {
+    wr.imm_data = rendezvous::to_imm(w.imm);
+  }
+  wr.wr.rdma.remote_addr = w.remote_addr;
+  wr.wr.rdma.rkey = w.rkey;
+  const int rc =
+      sq->post(*threads_[0].send, wr,
+               eager::SendQueue::Post{.kind = w.with_imm ? protocol::WrKind::kRdmaWriteImm
+                                                         : protocol::WrKind::kRdmaWrite,
+                                      .want_signal = w.signaled,
+                                      .peer = &p,
+                                      .cookie = w.token});
+  if (rc == 0) [[likely]] {
+    return rendezvous::PostResult::kPosted;
+  }
+  if (rc == EAGAIN) {
+    return rendezvous::PostResult::kNoResource;
+  }
+  if (rc != ESHUTDOWN) {
+    verbs::log_verb_failure("ibv_post_send", rc, "rendezvous RDMA write");
+  }
+  return rendezvous::PostResult::kFailed;
+}
+
+// --- receiver ----------------------------------------------------------------------------------
+
+void Worker::start_rndv_recv(Request* r, Peer& peer, std::uint64_t tag,
+                             const protocol::RtsBody& rts) {
+  r->status.tag = tag;
+  r->status.source = peer.uid;
+  r->status.length = rts.total_length;
+  r->state = ReqState::kActive;
+  activate(r);  // it leaves the matcher but stays rdmx's until the data is in
+  rndv_->on_rts_matched(peer.index, r, r->buffer, r->capacity, rts);
+}
+
+void Worker::on_rndv_message(Peer& peer, const protocol::MsgHeader& h, const std::byte* body,
+                             const std::byte* payload) {
+  switch (static_cast<protocol::MsgKind>(h.kind)) {
+    case protocol::MsgKind::kCts:
+      if (ud_mode_ && peer.wr_state == WriteQpState::kReady && h.aux != 0 &&
+          peer.wr_remote_qpn != h.aux) {
+        // The receiver's write QP for us is not the one ours is connected to: it retired that
+        // connection (and its close was lost or is still on its way). Reconnect rather than
+        // write into nothing. aux 0 says nothing: the receiver had no write QP for us when it
+        // posted the CTS, and may have made the one we are connected to since (its request
+        // travels on the control QP and can overtake the CTS): retiring ours then would break
+        // the peer's writes in flight (seen with transfers both ways at once).
+        if (config_.verbose >= 1) {
+          std::fprintf(stderr, "rdmx: RC write connection to %016llx is stale: reconnecting\n",
+                       static_cast<unsigned long long>(peer.uid));
+        }
+        (void)retire_wr_qp(peer, false);
+      }
+      rndv_->on_cts(peer.index, protocol::load_wire<protocol::CtsBody>(body));
+      return;
+    case protocol::MsgKind::kFin:
+      rndv_->on_fin(peer.index, protocol::load_wire<protocol::FinBody>(body));
+      return;
+    case protocol::MsgKind::kRndvData:
+      rndv_->on_fragment(peer.index, protocol::load_wire<protocol::DataBody>(body), payload,
+                         h.payload_length);
+      return;
+    default:
+      return;
+  }
+}
+
+// --- UD: on-demand RC connections for writes ---------------------------------------------------
+
+bool Worker::wr_busy(std::uint32_t i) const noexcept {
+  const Peer& p = *peers_[i];
+  return rndv_->active_with(i) != 0 || p.wr_state == WriteQpState::kConnecting ||
+         p.wr_sq.outstanding() != 0;
+}
+
+bool Worker::create_wr_qp(Peer& p) {
+  try {
+    auto qp = std::make_unique<verbs::QueuePair>(
+        verbs::QueuePair::create(*pd_, verbs::QpConfig{.type = IBV_QPT_RC,
+                                                       .send_cq = &*send_cq_,
+                                                       .recv_cq = &*recv_cq_,
+                                                       .srq = &pools_[0]->srq_object(),
+                                                       .caps = {.max_send_wr = kRcSendDepth,
+                                                                .max_recv_wr = 0,
+                                                                .max_send_sge = 1,
+                                                                .max_recv_sge = 1,
+                                                                .max_inline_data = 0},
+                                                       .sq_sig_all = false}));
+    qp->to_init(
+        verbs::RcInitAttr{.port_num = port_,
+                          .pkey_index = 0,
+                          .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
+    std::random_device rd;
+    p.wr_psn = rd() & 0xffffff;
+    p.wr_sq = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery);
+    p.wr_qp = std::move(qp);
+    return true;
+  } catch (const verbs::Error& e) {
+    std::fprintf(stderr, "rdmx: RC write connection to %016llx: %s\n",
+                 static_cast<unsigned long long>(p.uid), e.what());
+    return false;
+  }
+}
+
+bool Worker::connect_wr_qp(Peer& p, std::uint32_t remote_qpn, std::uint32_t remote_psn) {
+  verbs::RemoteQp remote;
+  std::memcpy(remote.gid.raw, p.address.gid.data(), 16);
+  remote.lid = p.address.lid;
+  remote.qpn = remote_qpn;
+  remote.psn = remote_psn;
+  try {
+    p.wr_qp->to_rtr(verbs::RcRtrAttr{.remote = remote,
+                                     .path_mtu = p.path_mtu,
+                                     .sgid_index = static_cast<std::uint8_t>(gid_index_),
+                                     .min_rnr_timer = 1,
+                                     .max_dest_rd_atomic = 1,
+                                     .port_num = port_});
+    p.wr_qp->to_rts(verbs::RcRtsAttr{
+        .sq_psn = p.wr_psn, .timeout = 15, .retry_cnt = 7, .max_rd_atomic = 1, .rnr_retry = 7});
+  } catch (const verbs::Error& e) {
+    std::fprintf(stderr, "rdmx: RC write connection to %016llx: %s\n",
+                 static_cast<unsigned long long>(p.uid), e.what());
+    return false;
+  }
+  p.wr_remote_qpn = remote_qpn;
+  p.wr_state = WriteQpState::kReady;
+  ++stat_rc_connects_;
+  if (config_.verbose >= 2) {
+    std::fprintf(stderr, "rdmx: RC write connection to %016llx up (QP %u -> %u)\n",
+                 static_cast<unsigned long long>(p.uid), p.wr_qp->qp_num(), remote_qpn);
+  }
+  return true;
+}
+
+void Worker::start_wr_connect(Peer& p) {
+  if (!create_wr_qp(p)) {
+    return;
+  }
+  p.wr_state = WriteQpState::kConnecting;
+  wr_lru_->insert(p.index);
+  const std::uint64_t now = now_us();
+  p.wr_start_us = now;
+  p.wr_rto_us = kWrConnectRtoUs;
+  p.wr_next_us = now + p.wr_rto_us;
+  (void)send_wr_ctrl(p, kOpWrRequest, p.wr_qp->qp_num(), p.wr_psn);
+  if (!p.wr_listed) {
+    p.wr_listed = true;
+    wr_connect_list_.push_back(&p);
+  }
+  if (next_wr_timer_us_ == 0 || p.wr_next_us < next_wr_timer_us_) {
+    next_wr_timer_us_ = p.wr_next_us;
+  }
+}
+
+void Worker::wr_connect_failed(Peer& p, const char* why) {
+  if (config_.verbose >= 1) {
+    std::fprintf(stderr, "rdmx: no RC write connection to %016llx (%s): copy path\n",
+                 static_cast<unsigned long long>(p.uid), why);
+  }
+  if (p.wr_qp) {
+    p.wr_sq.close();
+    wr_retired_.push_back(std::move(p.wr_qp));
+  }
+  p.wr_sq = eager::SendQueue();
+  p.wr_state = WriteQpState::kNone;
+  p.wr_remote_qpn = 0;
+  wr_lru_->remove(p.index);
+  rndv_->on_connection_failed(p.index);
+}
+
+bool Worker::retire_wr_qp(Peer& p, bool tell_peer) {
+  if (p.wr_qp && p.wr_sq.outstanding() != 0) {
+    return false;  // writes still to come back; retried by the last of them
+  }
+  if (p.wr_qp) {
+    if (tell_peer && p.wr_state == WriteQpState::kReady) {
+      (void)send_wr_ctrl(p, kOpWrClose, p.wr_qp->qp_num(), 0);
+    }
+    p.wr_sq.close();
+    wr_retired_.push_back(std::move(p.wr_qp));
+    ++stat_rc_retired_;
+    if (config_.verbose >= 2) {
+      std::fprintf(stderr, "rdmx: RC write connection to %016llx retired\n",
+                   static_cast<unsigned long long>(p.uid));
+    }
+  }
+  p.wr_sq = eager::SendQueue();
+  p.wr_state = WriteQpState::kNone;
+  p.wr_remote_qpn = 0;
+  if (wr_lru_) {
+    wr_lru_->remove(p.index);
+  }
+  return true;
+}
+
+void Worker::on_wr_ctrl(Peer& p, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                        std::uint32_t for_qpn) {
+  auto refuse = [&] { (void)send_wr_ctrl(p, kOpWrReply, 0, 0, qpn); };
+  auto accept = [&] { (void)send_wr_ctrl(p, kOpWrReply, p.wr_qp->qp_num(), p.wr_psn, qpn); };
+  switch (op) {
+    case kOpWrRequest: {
+      if (qpn == 0) {
+        return;
+      }
+      if (p.wr_state == WriteQpState::kReady) {
+        if (p.wr_remote_qpn == qpn) {
+          accept();  // a repeat
+          return;
+        }
+        // Ours points at a QP of theirs that they have retired.
+        if (!retire_wr_qp(p, false)) {
+          refuse();
+          return;
+        }
+      }
+      if (p.wr_state == WriteQpState::kConnecting) {
+        // Both sides connect at once: connect ours to theirs; they do the same with ours.
+        if (!connect_wr_qp(p, qpn, psn)) {
+          refuse();
+          wr_connect_failed(p, "cannot connect the QP");
+          return;
+        }
+        accept();
+        rndv_->on_connection_ready(p.index);
+        return;
+      }
+      const auto d = wr_lru_->admit(p.index, [this](std::uint32_t i) { return wr_busy(i); });
+      if (d.admit == rendezvous::RcLru::Admit::kFull ||
+          (d.admit == rendezvous::RcLru::Admit::kEvict && !retire_wr_qp(*peers_[d.victim], true))) {
+        refuse();  // the requester copies instead
+        return;
+      }
+      if (!create_wr_qp(p)) {
+        refuse();
+        return;
+      }
+      if (!connect_wr_qp(p, qpn, psn)) {
+        p.wr_sq.close();
+        wr_retired_.push_back(std::move(p.wr_qp));
+        p.wr_sq = eager::SendQueue();
+        refuse();
+        return;
+      }
+      wr_lru_->insert(p.index);
+      accept();
+      return;
+    }
+    case kOpWrReply:
+      if (p.wr_state != WriteQpState::kConnecting || p.wr_qp->qp_num() != for_qpn) {
+        return;  // a repeat, or an answer to a request (a QP) given up since
+      }
+      if (qpn == 0) {
+        wr_connect_failed(p, "the peer refused: it is at its RC connection cap");
+        return;
+      }
+      if (!connect_wr_qp(p, qpn, psn)) {
+        wr_connect_failed(p, "cannot connect the QP");
+        return;
+      }
+      rndv_->on_connection_ready(p.index);
+      return;
+    case kOpWrClose:
+      if (p.wr_state == WriteQpState::kReady && p.wr_remote_qpn == qpn) {
+        (void)retire_wr_qp(p, false);
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+void Worker::run_wr_timers(std::uint64_t now) {
+  if (next_wr_timer_us_ != 0 && now < next_wr_timer_us_) {
+    return;
+  }
+  std::uint64_t next = 0;
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < wr_connect_list_.size(); ++i) {
+    Peer& p = *wr_connect_list_[i];
+    if (p.wr_state != WriteQpState::kConnecting) {
+      p.wr_listed = false;
+      continue;
+    }
+    if (now - p.wr_start_us >= std::uint64_t{config_.peer_timeout_ms} * 1000) {
+      p.wr_listed = false;
+      wr_connect_failed(p, "no answer");
+      continue;
+    }
+    if (now >= p.wr_next_us) {
+      (void)send_wr_ctrl(p, kOpWrRequest, p.wr_qp->qp_num(), p.wr_psn);
+      p.wr_rto_us = std::min(p.wr_rto_us * 2, kWrConnectRtoMaxUs);
+      p.wr_next_us = now + p.wr_rto_us;
+    }
+    next = next == 0 ? p.wr_next_us : std::min(next, p.wr_next_us);
+    wr_connect_list_[keep++] = &p;
+  }
+  wr_connect_list_.resize(keep);
+  next_wr_timer_us_ = next;
+}
+
+void Worker::destroy_retired_qps() {
+  // The teardown sequence of verbs/qp.h with short waits: these QPs are idle (nothing posted
+  // on them is outstanding), and rxe never raises LAST_WQE_REACHED. Completions of other QPs
+  // seen while draining go their normal way.
+  const auto on_wc = [this](const ibv_wc& wc) { on_drain_completion(wc); };
+  while (!wr_retired_.empty()) {
+    std::vector<std::unique_ptr<verbs::QueuePair>> batch;
+    batch.swap(wr_retired_);
+    for (auto& qp : batch) {
+      verbs::TeardownOptions opt;
+      opt.events = &*events_;
+      opt.last_wqe_timeout = std::chrono::milliseconds(1);
+      opt.drain_timeout = std::chrono::milliseconds(200);
+      opt.quiet_period = std::chrono::milliseconds(1);
+      try {
+        (void)qp->shutdown(on_wc, opt);
+      } catch (...) {
+        std::fprintf(stderr, "rdmx: retiring an RC write connection failed\n");
+      }
+      qp.reset();
+    }
+  }
+}
+
+}  // namespace rdmx::transport
