@@ -126,6 +126,16 @@ void Worker::setup_rendezvous() {
 // --- sender ------------------------------------------------------------------------------------
 
 bool Worker::start_rndv_send(Peer& peer, Request* r) {
+  // No room for the RTS in the peer's stream (UD window/congestion window, RC order guard and
+  // credits): wait in the queue without touching the engine and the registration cache (a
+  // queued send is retried on every flush of the peer).
+  const bool stream_full = ud_mode_
+                               ? !peer.ud_tx->can_send() || peer.ud_tx->in_flight() >= peer.ud_cwnd
+                               : !peer.rc_guard->can_send() ||
+                                     !protocol::seq_lt(peer.rc_guard->next(), peer.rc_credit_limit);
+  if (stream_full) [[unlikely]] {
+    return false;
+  }
   protocol::RtsBody rts{};
   const std::uint32_t word =
       rndv_->begin_send(peer.index, r, r->send_buffer, r->status.length, &rts);

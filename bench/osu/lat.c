@@ -32,14 +32,11 @@ int main(int argc, char** argv) {
   }
   for (size = o.min_size; size <= o.max_size; size = osu_next_size(size)) {
     int iters, skip, done;
-    double t0, warm, mine = 0.0, sum = 0.0;
+    double t0, mine = 0.0, sum = 0.0;
     if (!osu_begin_size(&o, size, sbuf, rbuf, 1, 1, &iters, &skip)) {
       continue;
     }
-    t0 = MPI_Wtime();
     osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf, size, skip, skip, 0.0);
-    warm = MPI_Wtime() - t0;
-    osu_budget(&o, warm, skip, &iters);
     OSU_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     t0 = MPI_Wtime();
     done = osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf, size, iters,

@@ -14,9 +14,10 @@
  *   - Watchdog: alarm(-T seconds) per size; on expiry the process says where it was and exits,
  *     which makes mpirun end the whole job. A broken stack costs at most -T seconds.
  *   - Window cap (-B bytes, bandwidth programs): see osu_window.
- *   - Time budget (-D seconds per size): the warm-up is timed and the iteration count lowered so
- *     the size takes about that long (never below -n iterations); latency loops also stop after
- *     3 budgets (osu_pingpong). 0 (default) keeps -i exactly.
+ *   - Time budget (-D seconds per size, 0 = off: -i exactly). Latency loops run until the
+ *     budget is spent (after at least -n round trips; osu_pingpong), so a fast size gets many
+ *     iterations and a slow or preempted one still ends on time. Bandwidth loops cannot stop
+ *     one-sidedly: their warm-up is timed and the window count lowered to fit (osu_budget).
  */
 #ifndef RDMX_BENCH_OSU_COMMON_H
 #define RDMX_BENCH_OSU_COMMON_H
@@ -100,13 +101,12 @@ int osu_begin_size(const osu_opts_t* o, size_t size, void* sbuf, void* rbuf, int
  * n ping-pongs of size bytes with peer on comm (blocking MPI_Send / MPI_Recv, tag 1); the
  * initiator sends first. With a deadline (MPI_Wtime seconds, 0: none) the initiator stops early
  * once it has passed, after at least min_n round trips, and tells the responder by sending the
- * last message with tag 2. Returns the round trips done. Under -D, a host that preempts the
- * emulated CPUs mid-size cannot stretch a size far beyond its budget.
+ * last message with tag 2. Returns the round trips done.
  */
 int osu_pingpong(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf, size_t size, int n,
                  int min_n, double deadline);
 
-/* The deadline of a timed loop that starts now: 3 budgets (0 when -D is off). */
+/* The deadline of a timed loop that starts now: one budget (0 when -D is off). */
 double osu_deadline(const osu_opts_t* o);
 
 /* Output rows: "%-10zu" size then right-aligned figures, or `fail` in every figure column. */

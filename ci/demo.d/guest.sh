@@ -86,6 +86,8 @@ mpi_step() { # name stack np prog args...
   shift 4
   local f=$raw/$name.$stack t0=$SECONDS rc restarts=0 what
   local -a args=("$@")
+  local args_lo="" i
+  for i in "${!args[@]}"; do [ "${args[$i]}" = -m ] && args_lo=${args[$((i + 1))]%%:*}; done
   stack_args "$stack"
   : >"$f.out"
   : >"$f.err"
@@ -94,12 +96,14 @@ mpi_step() { # name stack np prog args...
     timeout -k 5 "$step_s" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
       "${sargs[@]}" "$osu/$prog" "${args[@]}" >>"$f.out" 2>>"$f.err" </dev/null
     rc=$?
-    [ $rc -eq 0 ] && break
+    # Done, or out of time (the step's timeout is its whole budget: no restart after it).
+    [ $rc -eq 0 ] || [ $rc -eq 124 ] && break
     # Died mid-sweep: restart after the size it died at (the table shows that one as fail).
     local m lo hi i
     for i in "${!args[@]}"; do [ "${args[$i]}" = -m ] && { lo=${args[$((i + 1))]%%:*}; hi=${args[$((i + 1))]##*:}; }; done
     m=$(first_missing "$f.out" "${lo:-0}" "${hi:-0}")
-    [ -z "$m" ] || [ $restarts -ge 2 ] || [ $((m * 2)) -gt "${hi:-0}" ] && break
+    # Not when it died before its first size (a stack that cannot start: restarts cost launches).
+    [ -z "$m" ] || [ "$m" = "${args_lo:-}" ] || [ $restarts -ge 2 ] || [ $((m * 2)) -gt "${hi:-0}" ] && break
     restarts=$((restarts + 1))
     echo "# restart: died at size $m (exit $rc), going on from $((m * 2))" >>"$f.out"
     for i in "${!args[@]}"; do [ "${args[$i]}" = -m ] && args[$((i + 1))]="$((m * 2)):$hi"; done

@@ -149,7 +149,9 @@ scale() {
   echo 'extrapolated. The structure behind it: rdmx RC opens one QP per peer per size class (2) plus'
   echo 'one UD control QP, and all peers share the two SRQs, so its receive memory is flat and its'
   echo 'QPs grow by 2 per peer; rdmx UD uses one QP per size class plus the control QP and the same'
-  echo 'SRQs, so QPs and receive memory are both flat in peers. RSS is what the process touched'
+  echo 'SRQs, so QPs and receive memory are both flat in peers (the footprint run sends eager sizes'
+  echo 'only; in UD mode the rendezvous connects RC QPs on demand to the peers it moves large messages'
+  echo 'with, at most RDMX_MAX_RC_PEERS = 64, least recently used retired: +64 QPs at worst, any N). RSS is what the process touched'
   echo '(Open MPI included); a negative slope (noise under load) is taken as 0. With transport auto'
   echo 'the MTL picks UD from 64 peers on (mtl_rdmx_auto_ud_peers): RC at 10k ranks would need'
   local maxqp
