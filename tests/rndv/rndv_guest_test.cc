@@ -25,6 +25,9 @@
 namespace rdmx::test {
 namespace {
 
+// Bound for probe_until: a large message probed under TCG emulation takes a while to arrive.
+constexpr std::chrono::milliseconds kProbeTimeout = std::chrono::seconds(60);
+
 constexpr std::uint64_t kAll = ~std::uint64_t{0};
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kWriteLimit = 8 * kMiB;  // rxe's max_msg_sz
@@ -124,19 +127,6 @@ class GuardedBuffer {
   std::size_t n_;
 };
 
-rdmx_status_t probe_until(Rank& rank, Session& s, std::uint64_t src, std::uint64_t tag,
-                          std::uint64_t mask, rdmx_message_t** msg = nullptr) {
-  rdmx_status_t st{};
-  const auto t0 = std::chrono::steady_clock::now();
-  while (rdmx_tag_probe(s.worker, src, tag, mask, &st, msg) != 1) {
-    RDMX_CHECK(rank, rdmx_worker_progress(s.worker) >= 0);
-    if (seconds_since(t0) > 60) {
-      rank.fail(__FILE__, __LINE__, "probe found nothing in 60 s");
-    }
-  }
-  return st;
-}
-
 void send_blocking(Rank& rank, Session& s, int peer, const void* buf, std::size_t n,
                    std::uint64_t tag, unsigned flags = 0) {
   rdmx_request_t req;
@@ -233,7 +223,7 @@ TEST_P(Rndv, SizesAroundTheThresholdAndTheWriteLimit) {
                                             nullptr, nullptr));
           rank.barrier();
         } else {
-          const rdmx_status_t ps = probe_until(rank, s, s.uids[1], tag, kAll);
+          const rdmx_status_t ps = probe_until(rank, s, s.uids[1], tag, kAll, kProbeTimeout);
           RDMX_CHECK_EQ(rank, ps.length, n);
           RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, buf.data(), n + 1, s.uids[1], tag, kAll, &req,
                                             nullptr, nullptr));
@@ -336,7 +326,7 @@ TEST_P(Rndv, TruncationWritesExactlyTheBufferAndReportsTheTrueLength) {
       rdmx_request_t req;
       rdmx_status_t st{};
       if (k % 2 == 1) {
-        (void)probe_until(rank, s, s.uids[1], seed, kAll);  // unexpected first
+        (void)probe_until(rank, s, s.uids[1], seed, kAll, kProbeTimeout);  // unexpected first
       }
       RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, dst.data(), caps[k], s.uids[1], seed, kAll, &req,
                                         nullptr, nullptr));
@@ -389,10 +379,10 @@ TEST_P(Rndv, AnySourceProbeAndMprobe) {
       RDMX_CHECK_CONTENTS(rank, dst.data(), n, seed_of(st));
     }
     // Probe (any source, tag 8), then mprobe it and receive it with mrecv after another receive.
-    rdmx_status_t ps = probe_until(rank, s, RDMX_ANY_SOURCE, 8, kAll);
+    rdmx_status_t ps = probe_until(rank, s, RDMX_ANY_SOURCE, 8, kAll, kProbeTimeout);
     RDMX_CHECK_EQ(rank, ps.length, n);
     rdmx_message_t* m = nullptr;
-    rdmx_status_t ms = probe_until(rank, s, ps.source, 8, kAll, &m);
+    rdmx_status_t ms = probe_until(rank, s, ps.source, 8, kAll, kProbeTimeout, &m);
     RDMX_CHECK_EQ(rank, ms.length, n);
     RDMX_CHECK(rank, m != nullptr);
     for (int i = 0; i < 3; ++i) {  // the other tag-8 message and both tag-9 ones
@@ -492,7 +482,7 @@ TEST_P(Rndv, EagerAndRendezvousKeepSendOrder) {
     for (int i = 0; i < kMsgs; ++i) {
       if (i == kMsgs / 2) {
         // Let the rest arrive first (unexpected) and then take them in order.
-        (void)probe_until(rank, s, s.uids[1], 3, kAll);
+        (void)probe_until(rank, s, s.uids[1], 3, kAll, kProbeTimeout);
         for (int k = 0; k < 200; ++k) (void)rdmx_worker_progress(s.worker);
       }
       rdmx_request_t req;
@@ -555,7 +545,7 @@ TEST_P(Rndv, CancelOnlyBeforeTheMatch) {
     RDMX_CHECK_OK(rank, rdmx_request_cancel(s.worker, &other));
     RDMX_CHECK_EQ(rank, wait_request(rank, s.worker, &other, nullptr, "cancelled"),
                   RDMX_ERR_CANCELED);
-    (void)probe_until(rank, s, s.uids[1], 2, kAll);
+    (void)probe_until(rank, s, s.uids[1], 2, kAll, kProbeTimeout);
     rdmx_request_t req;
     RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, dst.data(), n, RDMX_ANY_SOURCE, 2, kAll, &req,
                                       nullptr, nullptr));

@@ -17,6 +17,8 @@
 namespace rdmx::test {
 namespace {
 
+constexpr std::chrono::milliseconds kProbeTimeout = std::chrono::seconds(10);  // probe_until bound
+
 constexpr std::uint64_t kAll = ~std::uint64_t{0};
 
 class Semantics : public ::testing::TestWithParam<rdmx_transport_t> {
@@ -49,20 +51,6 @@ void send_bytes(Rank& rank, Session& s, int peer, std::uint64_t tag, std::size_t
   RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, nullptr, "send"));
 }
 
-// Progresses until a probe finds a message (or fails the rank after 10 s).
-rdmx_status_t probe_until(Rank& rank, Session& s, std::uint64_t src, std::uint64_t tag,
-                          std::uint64_t mask, rdmx_message_t** msg = nullptr) {
-  rdmx_status_t st{};
-  const auto t0 = std::chrono::steady_clock::now();
-  while (rdmx_tag_probe(s.worker, src, tag, mask, &st, msg) != 1) {
-    RDMX_CHECK(rank, rdmx_worker_progress(s.worker) >= 0);
-    if (seconds_since(t0) > 10) {
-      rank.fail(__FILE__, __LINE__, "probe found nothing in 10 s");
-    }
-  }
-  return st;
-}
-
 void progress_for(Session& s, std::chrono::milliseconds d) {
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < d) {
@@ -89,7 +77,7 @@ TEST_P(Semantics, ReceivePostedBeforeAndAfterArrival) {
     RDMX_CHECK_EQ(rank, st.tag, 1u);
     RDMX_CHECK_EQ(rank, buf[99], 0xa1);
     // The second message arrives unexpected: wait until it is there, then receive it.
-    (void)probe_until(rank, s, s.uids[1], 2, kAll);
+    (void)probe_until(rank, s, s.uids[1], 2, kAll, kProbeTimeout);
     rdmx_stats_t stats{};
     RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &stats));
     RDMX_CHECK(rank, stats.unexpected >= 1);
@@ -115,7 +103,8 @@ TEST_P(Semantics, WildcardsMatchTheOldestMessageInSendOrder) {
       return;
     }
     rank.barrier();  // everything has been sent: all of it is (or becomes) unexpected
-    (void)probe_until(rank, s, RDMX_ANY_SOURCE, std::uint64_t{8} << 32, 0xffffffff00000000ull);
+    (void)probe_until(rank, s, RDMX_ANY_SOURCE, std::uint64_t{8} << 32, 0xffffffff00000000ull,
+                      kProbeTimeout);
     std::uint8_t v = 0xff;
     rdmx_request_t req;
     rdmx_status_t st{};
@@ -163,19 +152,19 @@ TEST_P(Semantics, ProbeMprobeAndMrecv) {
       send_bytes(rank, s, peer, 42, 301, 0x43);
       return;
     }
-    rdmx_status_t st = probe_until(rank, s, s.uids[1], 42, kAll);
+    rdmx_status_t st = probe_until(rank, s, s.uids[1], 42, kAll, kProbeTimeout);
     RDMX_CHECK_EQ(rank, st.length, 300u);
     RDMX_CHECK_EQ(rank, st.tag, 42u);
     RDMX_CHECK_EQ(rank, st.source, s.uids[1]);
     // A plain probe leaves it: probing again sees the same message.
-    st = probe_until(rank, s, RDMX_ANY_SOURCE, 0, 0);
+    st = probe_until(rank, s, RDMX_ANY_SOURCE, 0, 0, kProbeTimeout);
     RDMX_CHECK_EQ(rank, st.length, 300u);
     // mprobe removes it from matching: the next probe sees the second message.
     rdmx_message_t* m = nullptr;
-    st = probe_until(rank, s, RDMX_ANY_SOURCE, 42, kAll, &m);
+    st = probe_until(rank, s, RDMX_ANY_SOURCE, 42, kAll, kProbeTimeout, &m);
     RDMX_CHECK(rank, m != nullptr);
     RDMX_CHECK_EQ(rank, st.length, 300u);
-    st = probe_until(rank, s, RDMX_ANY_SOURCE, 42, kAll);
+    st = probe_until(rank, s, RDMX_ANY_SOURCE, 42, kAll, kProbeTimeout);
     RDMX_CHECK_EQ(rank, st.length, 301u);
     // A receive posted now takes the second message, not the mprobed one.
     std::vector<std::uint8_t> a(400), b(400);
@@ -304,7 +293,7 @@ TEST_P(Semantics, TruncationReportsTheRealLengthAndWritesNothingPastTheBuffer) {
       rdmx_request_t req;
       rdmx_status_t st{};
       if (tag == 2) {
-        (void)probe_until(rank, s, RDMX_ANY_SOURCE, 2, kAll);
+        (void)probe_until(rank, s, RDMX_ANY_SOURCE, 2, kAll, kProbeTimeout);
       }
       RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, buf.data(), 100, RDMX_ANY_SOURCE, tag, kAll, &req,
                                         nullptr, nullptr));

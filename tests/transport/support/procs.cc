@@ -239,6 +239,21 @@ int wait_request(Rank& rank, rdmx_worker_t* worker, rdmx_request_t* request, rdm
   return rc;
 }
 
+rdmx_status_t probe_until(Rank& rank, Session& s, std::uint64_t src, std::uint64_t tag,
+                          std::uint64_t mask, std::chrono::milliseconds timeout,
+                          rdmx_message_t** msg) {
+  rdmx_status_t st{};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (rdmx_tag_probe(s.worker, src, tag, mask, &st, msg) != 1) {
+    RDMX_CHECK(rank, rdmx_worker_progress(s.worker) >= 0);
+    if (std::chrono::steady_clock::now() > deadline) {
+      rank.fail(__FILE__, __LINE__,
+                "probe found nothing in " + std::to_string(timeout.count()) + " ms");
+    }
+  }
+  return st;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

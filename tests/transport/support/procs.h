@@ -113,6 +113,11 @@ Session open_session(Rank& rank, const std::string& device, rdmx_transport_t tra
 // every endpoint's peer: once it returns, everything sent before it was received, both ways.
 // `timeout` bounds the wait for the slowest peer to get there.
 void quiesce(Rank& rank, Session& s, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+// Progresses until a probe finds a message matching (src, tag, mask), or fails the rank after
+// `timeout`. With `msg`, a matched probe (the message is removed, for rdmx_tag_msg_recv).
+rdmx_status_t probe_until(Rank& rank, Session& s, std::uint64_t src, std::uint64_t tag,
+                          std::uint64_t mask, std::chrono::milliseconds timeout,
+                          rdmx_message_t** msg = nullptr);
 // Destroys endpoints and worker; fails the rank unless every wr_id was accounted for.
 void close_session(Rank& rank, Session& s);
 
