@@ -62,16 +62,18 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
           ? std::min<std::size_t>(
                 {defaults.large_buf_size, defaults.eager_limit, defaults.rndv_thresh - 1})
           : 0;
-  // The connection first: a send queued for it has not chosen its protocol yet (nothing counted).
-  {
+  // Both ranks send one byte with `tag` and wait for the peer's: a two-way barrier.
+  auto exchange_byte = [&](std::uint64_t tag, const std::string& what) {
     rdmx_request_t sreq, rreq;
     std::uint8_t out = 1, in = 0;
-    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, 0x1000, ~std::uint64_t{0}, &rreq,
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, tag, ~std::uint64_t{0}, &rreq,
                                       nullptr, nullptr));
-    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, 0x1000, 0, &sreq, nullptr, nullptr));
-    RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "connection send"));
-    RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, "connection receive"));
-  }
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, tag, 0, &sreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, (what + " send").c_str()));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, (what + " receive").c_str()));
+  };
+  // The connection first: a send queued for it has not chosen its protocol yet (nothing counted).
+  exchange_byte(0x1000, "connection");
   std::size_t limit = 0;
   std::vector<std::uint8_t> probe(1 << 16);
   std::vector<rdmx_request_t> probes;
@@ -113,15 +115,7 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
     limit = lo;
   }
   // Both sides progress until both are done probing: the peer's queued probes need our acks.
-  {
-    rdmx_request_t sreq, rreq;
-    std::uint8_t out = 2, in = 0;
-    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, 0x1001, ~std::uint64_t{0}, &rreq,
-                                      nullptr, nullptr));
-    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, 0x1001, 0, &sreq, nullptr, nullptr));
-    RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, "probing-done send"));
-    RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, "probing-done receive"));
-  }
+  exchange_byte(0x1001, "probing-done");
   if (expect_limit != 0) {
     RDMX_CHECK_EQ(rank, limit, expect_limit);
   }
