@@ -31,6 +31,7 @@
 #include "rendezvous/rc_lru.h"
 #include "rendezvous/reg_cache.h"
 #include "transport/address.h"
+#include "transport/clock.h"
 #include "transport/config.h"
 #include "transport/peer.h"
 #include "transport/request.h"
@@ -232,7 +233,7 @@ class Worker {
   void list_ud_timer(Peer& peer);
   void fail_peer(Peer& peer, int code, const char* why);
   void fail_pending(Peer& peer, int code);
-  std::uint64_t now_us() const noexcept;
+  std::uint64_t now_us() noexcept;  // clock_: late by a few microseconds at most
 
   // --- receive path (recv.cc)
   int poll_cqs();
@@ -342,6 +343,7 @@ class Worker {
   std::uint64_t next_ud_timer_us_ = protocol::kNoDeadline;
   std::uint64_t next_connect_timer_us_ = protocol::kNoDeadline;
   std::uint32_t progress_calls_ = 0;
+  CachedClock clock_;
   std::uint64_t next_watchdog_us_ = 0;
   std::uint32_t rc_connected_peers_ = 0;
   bool closing_ = false;
