@@ -153,6 +153,18 @@ void Engine::log_line(const char* fmt, ...) const {
   }
 }
 
+bool Engine::registered(int error, const char* side) {
+  if (error == 0) {
+    return true;
+  }
+  ++stats_.reg_failures;
+  if (config_.log.verbose >= 1) {
+    log_line("rendezvous: %s buffer not registered (%s): copy path", side,
+             cache_.last_error().c_str());
+  }
+  return false;
+}
+
 void Engine::note_active(PeerIndex peer, int delta) {
   if (peer >= active_by_peer_.size()) {
     active_by_peer_.resize(std::size_t{peer} + 1, 0);
@@ -208,13 +220,7 @@ std::uint32_t Engine::begin_send(PeerIndex peer, void* request, const void* buff
   if (length != 0) {
     // The source of an RDMA write needs no access rights (local read): read-only pages (a const
     // buffer) register fine. Registered now, so that it overlaps the RTS/CTS round trip.
-    if (cache_.try_acquire(buffer, length, 0, t->reg) != 0) {
-      ++stats_.reg_failures;
-      if (config_.log.verbose >= 1) {
-        log_line("rendezvous: send buffer not registered (%s): copy path",
-                 cache_.last_error().c_str());
-      }
-    }
+    (void)registered(cache_.try_acquire(buffer, length, 0, t->reg), "send");
   }
   ++stats_.sends;
   ++stats_.send_active;
@@ -228,12 +234,8 @@ void Engine::abort_send(std::uint32_t sender) {
   if (t == nullptr || t->state != SendState::kWaitCts) {
     return;
   }
-  t->reg.reset();
   --stats_.sends;
-  --stats_.send_active;
-  note_active(t->peer, -1);
-  (void)transition(t->state, SendState::kFree, t->word(), t->peer, config_.log);
-  sends_->release(*t);
+  release_send(*t);
 }
 
 void Engine::on_cts(PeerIndex peer, const protocol::CtsBody& cts) {
@@ -440,6 +442,10 @@ void Engine::finish_send(Send& t, int code) {
     t.request = nullptr;
     transport_.complete_send(request, code);
   }
+  release_send(t);
+}
+
+void Engine::release_send(Send& t) {
   t.reg.reset();
   --stats_.send_active;
   note_active(t.peer, -1);
@@ -470,15 +476,9 @@ void Engine::on_rts_matched(PeerIndex peer, void* request, void* buffer, std::si
   t->received = 0;
   t->sender = rts.sender_slot;
   t->copy = false;
-  if (t->granted != 0 && cache_.try_acquire(buffer, t->granted, t->reg) != 0) {
-    // LOCAL_WRITE | REMOTE_WRITE refused (pinning limit, read-only or unmapped memory).
-    ++stats_.reg_failures;
-    t->copy = true;
-    if (config_.log.verbose >= 1) {
-      log_line("rendezvous: receive buffer not registered (%s): copy path",
-               cache_.last_error().c_str());
-    }
-  }
+  // LOCAL_WRITE | REMOTE_WRITE may be refused (pinning limit, read-only or unmapped memory).
+  t->copy =
+      t->granted != 0 && !registered(cache_.try_acquire(buffer, t->granted, t->reg), "receive");
   ++stats_.recvs;
   ++stats_.recv_active;
   note_active(peer, +1);

@@ -209,6 +209,7 @@ class Engine {
   void pump_copy(Send& t);
   void fail_send(Send& t, int code, bool tell_receiver);
   void finish_send(Send& t, int code);
+  void release_send(Send& t);  // drop the registration and the slot (from done, failed or wait_cts)
   // receiver
   bool post_cts(Recv& t);
   void fail_recv(Recv& t, int code, bool tell_sender);
@@ -218,6 +219,9 @@ class Engine {
   void list_send(Send& t);
   void list_recv(Recv& t);
   void note_active(PeerIndex peer, int delta);
+  // A try_acquire() result: true when registered; else counts the failure and says why at
+  // RDMX_VERBOSE >= 1, and the caller takes the copy path (`side`: "send" or "receive").
+  bool registered(int error, const char* side);
   void log_line(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
 
   Transport& transport_;

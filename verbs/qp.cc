@@ -172,18 +172,21 @@ void QueuePair::modify(ibv_qp_attr& attr, int mask, ibv_qp_state to, const char*
 
 void QueuePair::to_init(const RcInitAttr& a) {
   ibv_qp_attr attr{};
-  attr.pkey_index = a.pkey_index;
-  attr.port_num = a.port_num;
   attr.qp_access_flags = a.access_flags;
-  modify(attr, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, IBV_QPS_INIT, "");
+  to_init(attr, IBV_QP_ACCESS_FLAGS, a.pkey_index, a.port_num);
 }
 
 void QueuePair::to_init(const UdInitAttr& a) {
   ibv_qp_attr attr{};
-  attr.pkey_index = a.pkey_index;
-  attr.port_num = a.port_num;
   attr.qkey = a.qkey;
-  modify(attr, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, IBV_QPS_INIT, "");
+  to_init(attr, IBV_QP_QKEY, a.pkey_index, a.port_num);
+}
+
+void QueuePair::to_init(ibv_qp_attr& attr, int mask, std::uint16_t pkey_index,
+                        std::uint8_t port_num) {
+  attr.pkey_index = pkey_index;
+  attr.port_num = port_num;
+  modify(attr, mask | IBV_QP_PKEY_INDEX | IBV_QP_PORT, IBV_QPS_INIT, "");
 }
 
 void QueuePair::to_rtr(const RcRtrAttr& a) {

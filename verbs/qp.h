@@ -215,6 +215,9 @@ class QueuePair {
 
   QueuePair() = default;
   void modify(ibv_qp_attr& attr, int mask, ibv_qp_state to, const char* what);
+  // RESET -> INIT on either transport: `attr`/`mask` carry what RC (access flags) or UD (Q_Key)
+  // adds to the P_Key index and port both need.
+  void to_init(ibv_qp_attr& attr, int mask, std::uint16_t pkey_index, std::uint8_t port_num);
 
   // Creation order: the registrations are taken before the QP exists and released after it
   // is gone.

@@ -57,7 +57,10 @@ int ompi_mtl_rdmx_output = -1;
 #define MTL_RDMX_DEFAULT_PRIORITY 20
 
 /* The parameters that map onto rdmx_config_t: MCA name, RDMX_* variable, variable index. */
+/* The mtl_rdmx_* parameters that mirror an rdmx_config_t field, in registration order (the
+ * order ompi_info lists them in). */
 enum {
+  P_VERBOSE,
   P_DEVICE,
   P_PORT,
   P_GID_INDEX,
@@ -70,21 +73,80 @@ enum {
   P_EAGER_LIMIT,
   P_RNDV_THRESH,
   P_PEER_TIMEOUT,
-  P_VERBOSE,
   P_COUNT
 };
-static const char* const param_env[P_COUNT] = {
-    "RDMX_DEVICE",      "RDMX_PORT",          "RDMX_GID_INDEX",
-    "RDMX_TRANSPORT",   "RDMX_AUTO_UD_PEERS", "RDMX_SMALL_BUF",
-    "RDMX_LARGE_BUF",   "RDMX_SRQ_DEPTH",     "RDMX_SRQ_LOW_WATERMARK",
-    "RDMX_EAGER_LIMIT", "RDMX_RNDV_THRESH",   "RDMX_PEER_TIMEOUT_MS",
-    "RDMX_VERBOSE"};
-static const char* const param_name[P_COUNT] = {
-    "device",         "port",          "gid_index",
-    "transport",      "auto_ud_peers", "small_buf_size",
-    "large_buf_size", "srq_depth",     "srq_low_watermark",
-    "eager_limit",    "rndv_thresh",   "peer_timeout_ms",
-    "verbose"};
+
+/* One row per parameter: its name (mtl_rdmx_NAME), the RDMX_* variable it overrides, the
+ * ompi_info description, type, level and storage. P_TRANSPORT also gets an enumerator. */
+typedef struct {
+  const char* name;
+  const char* env;
+  const char* description;
+  mca_base_var_type_t type;
+  mca_base_var_info_lvl_t level;
+  void* storage;
+} param_t;
+
+static const param_t params[P_COUNT] = {
+    [P_VERBOSE] = {"verbose", "RDMX_VERBOSE",
+                   "Verbosity: 0 quiet, 1 report the device, transport and thresholds chosen and "
+                   "why, 2 also rdmx's debug output (RDMX_VERBOSE)",
+                   MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_9, &ompi_mtl_rdmx_params.verbose},
+    [P_DEVICE] = {"device", "RDMX_DEVICE",
+                  "RDMA device to use, as listed by ibv_devices (e.g. mlx5_0, rxe0); empty: the "
+                  "first device with an active port (RDMX_DEVICE)",
+                  MCA_BASE_VAR_TYPE_STRING, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.device},
+    [P_PORT] = {"port", "RDMX_PORT", "Port of the device; 0: its first active port (RDMX_PORT)",
+                MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.port},
+    [P_GID_INDEX] = {"gid_index", "RDMX_GID_INDEX",
+                     "GID index; -1: on RoCE the port's RoCE v2 IPv4-mapped GID, on InfiniBand 0 "
+                     "(RDMX_GID_INDEX)",
+                     MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.gid_index},
+    [P_TRANSPORT] = {"transport", "RDMX_TRANSPORT",
+                     "Transport for eager messages: rc (one QP per peer and size class, hardware "
+                     "reliability), ud (one QP per size class, rdmx's reliability) or auto (rc "
+                     "below auto_ud_peers peers, ud from there) (RDMX_TRANSPORT)",
+                     MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.transport},
+    [P_AUTO_UD_PEERS] = {"auto_ud_peers", "RDMX_AUTO_UD_PEERS",
+                         "transport=auto picks ud from this many peers (RDMX_AUTO_UD_PEERS)",
+                         MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+                         &ompi_mtl_rdmx_params.auto_ud_peers},
+    [P_SMALL_BUF] = {"small_buf_size", "RDMX_SMALL_BUF",
+                     "Small size class: payload bytes of a small eager receive buffer "
+                     "(RDMX_SMALL_BUF)",
+                     MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+                     &ompi_mtl_rdmx_params.small_buf_size},
+    [P_LARGE_BUF] = {"large_buf_size", "RDMX_LARGE_BUF",
+                     "Large size class: payload bytes of a large eager receive buffer; on ud both "
+                     "classes are capped by the path MTU (RDMX_LARGE_BUF)",
+                     MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+                     &ompi_mtl_rdmx_params.large_buf_size},
+    [P_SRQ_DEPTH] = {"srq_depth", "RDMX_SRQ_DEPTH",
+                     "Receive buffers per shared receive queue (one SRQ per size class); a minimum "
+                     "is enforced (RDMX_SRQ_DEPTH)",
+                     MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+                     &ompi_mtl_rdmx_params.srq_depth},
+    [P_SRQ_LOW_WATERMARK] = {"srq_low_watermark", "RDMX_SRQ_LOW_WATERMARK",
+                             "SRQ low watermark (srq_limit): refill when fewer buffers are "
+                             "posted; 0: depth / 4 (RDMX_SRQ_LOW_WATERMARK)",
+                             MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+                             &ompi_mtl_rdmx_params.srq_low_watermark},
+    [P_EAGER_LIMIT] = {"eager_limit", "RDMX_EAGER_LIMIT",
+                       "Largest message sent eagerly, in bytes (capped by the large size class) "
+                       "(RDMX_EAGER_LIMIT)",
+                       MCA_BASE_VAR_TYPE_SIZE_T, OPAL_INFO_LVL_5,
+                       &ompi_mtl_rdmx_params.eager_limit},
+    [P_RNDV_THRESH] = {"rndv_thresh", "RDMX_RNDV_THRESH",
+                       "Messages of this many bytes and more use the RDMA-write rendezvous "
+                       "(RDMX_RNDV_THRESH)",
+                       MCA_BASE_VAR_TYPE_SIZE_T, OPAL_INFO_LVL_5,
+                       &ompi_mtl_rdmx_params.rndv_thresh},
+    [P_PEER_TIMEOUT] = {"peer_timeout_ms", "RDMX_PEER_TIMEOUT_MS",
+                        "A peer silent for this many milliseconds is declared dead "
+                        "(RDMX_PEER_TIMEOUT_MS)",
+                        MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
+                        &ompi_mtl_rdmx_params.peer_timeout_ms},
+};
 static int param_index[P_COUNT];
 
 static const mca_base_var_enum_value_t transport_values[] = {
@@ -94,12 +156,11 @@ static const char* transport_name(int t) {
   return t == RDMX_TRANSPORT_RC ? "rc" : t == RDMX_TRANSPORT_UD ? "ud" : "auto";
 }
 
-static int reg(int which, const char* description, mca_base_var_type_t type,
-               mca_base_var_enum_t* enumerator, mca_base_var_info_lvl_t level, void* storage) {
+static void reg(int which, mca_base_var_enum_t* enumerator) {
+  const param_t* q = &params[which];
   param_index[which] = mca_base_component_var_register(
-      &mca_mtl_rdmx_component.mtl_version, param_name[which], description, type, enumerator, 0,
-      (mca_base_var_flag_t)0, level, MCA_BASE_VAR_SCOPE_READONLY, storage);
-  return param_index[which];
+      &mca_mtl_rdmx_component.mtl_version, q->name, q->description, q->type, enumerator, 0,
+      (mca_base_var_flag_t)0, q->level, MCA_BASE_VAR_SCOPE_READONLY, q->storage);
 }
 
 static int component_register(void) {
@@ -130,53 +191,17 @@ static int component_register(void) {
       "selects rdmx whatever its priority)",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->priority);
-  reg(P_VERBOSE,
-      "Verbosity: 0 quiet, 1 report the device, transport and thresholds chosen and why, 2 also "
-      "rdmx's debug output (RDMX_VERBOSE)",
-      MCA_BASE_VAR_TYPE_INT, NULL, OPAL_INFO_LVL_9, &p->verbose);
-  reg(P_DEVICE,
-      "RDMA device to use, as listed by ibv_devices (e.g. mlx5_0, rxe0); empty: the first device "
-      "with an active port (RDMX_DEVICE)",
-      MCA_BASE_VAR_TYPE_STRING, NULL, OPAL_INFO_LVL_3, &p->device);
-  reg(P_PORT, "Port of the device; 0: its first active port (RDMX_PORT)", MCA_BASE_VAR_TYPE_INT,
-      NULL, OPAL_INFO_LVL_3, &p->port);
-  reg(P_GID_INDEX,
-      "GID index; -1: on RoCE the port's RoCE v2 IPv4-mapped GID, on InfiniBand 0 "
-      "(RDMX_GID_INDEX)",
-      MCA_BASE_VAR_TYPE_INT, NULL, OPAL_INFO_LVL_3, &p->gid_index);
-  if (OPAL_SUCCESS ==
-      mca_base_var_enum_create("mtl_rdmx_transport", transport_values, &transport_enum)) {
-    reg(P_TRANSPORT,
-        "Transport for eager messages: rc (one QP per peer and size class, hardware "
-        "reliability), ud (one QP per size class, rdmx's reliability) or auto (rc below "
-        "auto_ud_peers peers, ud from there) (RDMX_TRANSPORT)",
-        MCA_BASE_VAR_TYPE_INT, transport_enum, OPAL_INFO_LVL_3, &p->transport);
-    OBJ_RELEASE(transport_enum);
+  for (int which = 0; which < P_COUNT; ++which) {
+    if (which != P_TRANSPORT) {
+      reg(which, NULL);
+    } else if (OPAL_SUCCESS ==
+               mca_base_var_enum_create("mtl_rdmx_transport", transport_values, &transport_enum)) {
+      reg(which, transport_enum);
+      OBJ_RELEASE(transport_enum);
+    } else {
+      param_index[which] = -1; /* not registered: never "explicitly set" */
+    }
   }
-  reg(P_AUTO_UD_PEERS, "transport=auto picks ud from this many peers (RDMX_AUTO_UD_PEERS)",
-      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->auto_ud_peers);
-  reg(P_SMALL_BUF,
-      "Small size class: payload bytes of a small eager receive buffer (RDMX_SMALL_BUF)",
-      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->small_buf_size);
-  reg(P_LARGE_BUF,
-      "Large size class: payload bytes of a large eager receive buffer; on ud both classes are "
-      "capped by the path MTU (RDMX_LARGE_BUF)",
-      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->large_buf_size);
-  reg(P_SRQ_DEPTH,
-      "Receive buffers per shared receive queue (one SRQ per size class); a minimum is enforced "
-      "(RDMX_SRQ_DEPTH)",
-      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->srq_depth);
-  reg(P_SRQ_LOW_WATERMARK,
-      "SRQ low watermark (srq_limit): refill when fewer buffers are posted; 0: depth / 4 "
-      "(RDMX_SRQ_LOW_WATERMARK)",
-      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_5, &p->srq_low_watermark);
-  reg(P_EAGER_LIMIT,
-      "Largest message sent eagerly, in bytes (capped by the large size class) "
-      "(RDMX_EAGER_LIMIT)",
-      MCA_BASE_VAR_TYPE_SIZE_T, NULL, OPAL_INFO_LVL_5, &p->eager_limit);
-  reg(P_RNDV_THRESH,
-      "Messages of this many bytes and more use the RDMA-write rendezvous (RDMX_RNDV_THRESH)",
-      MCA_BASE_VAR_TYPE_SIZE_T, NULL, OPAL_INFO_LVL_5, &p->rndv_thresh);
   p->print_stats = 0;
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "print_stats",
@@ -185,9 +210,6 @@ static int component_register(void) {
       "unexpected N ud_retransmits N' (also RDMX_STATS=1)",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
-  reg(P_PEER_TIMEOUT,
-      "A peer silent for this many milliseconds is declared dead (RDMX_PEER_TIMEOUT_MS)",
-      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, OPAL_INFO_LVL_6, &p->peer_timeout_ms);
   return OMPI_SUCCESS;
 }
 
@@ -254,9 +276,9 @@ static const char* origin(int which, char* buf, size_t len) {
   mca_base_var_source_t s;
   const char* e;
   if (mca_explicit(which, &s)) {
-    snprintf(buf, len, "mtl_rdmx_%s, %s", param_name[which], source_name(s));
-  } else if ((e = getenv(param_env[which])) != NULL && *e != '\0') {
-    snprintf(buf, len, "%s", param_env[which]);
+    snprintf(buf, len, "mtl_rdmx_%s, %s", params[which].name, source_name(s));
+  } else if ((e = getenv(params[which].env)) != NULL && *e != '\0') {
+    snprintf(buf, len, "%s", params[which].env);
   } else {
     snprintf(buf, len, "default");
   }

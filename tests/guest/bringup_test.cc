@@ -19,10 +19,6 @@
 namespace rdmx::test {
 namespace {
 
-using verbs::CompletionQueue;
-using verbs::QpConfig;
-using verbs::QueuePair;
-
 class BringUpTest : public VerbsTest {};
 
 TEST_F(BringUpTest, OpensTheHarnessDeviceAndFindsTheRoceV2Ipv4Gid) {
@@ -127,13 +123,9 @@ TEST_F(RegistrationTest, RefusedPinningNamesUlimit) {
 }
 
 TEST_F(BringUpTest, RcPairExchangesAMessage) {
-  CompletionQueue cq_a = CompletionQueue::create(dev->ctx, 16);
-  CompletionQueue cq_b = CompletionQueue::create(dev->ctx, 16);
-  const verbs::QpCaps caps{.max_send_wr = 8, .max_recv_wr = 8, .max_inline_data = 64};
-  QueuePair a = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_RC, .send_cq = &cq_a, .recv_cq = &cq_a, .caps = caps});
-  QueuePair b = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_RC, .send_cq = &cq_b, .recv_cq = &cq_b, .caps = caps});
+  QpPair pair(*dev, *pd, IBV_QPT_RC, 16,
+              verbs::QpCaps{.max_send_wr = 8, .max_recv_wr = 8, .max_inline_data = 64});
+  auto& [cq_a, cq_b, a, b] = pair;
   EXPECT_GE(a.caps().max_send_wr, 8u);
   EXPECT_GE(a.caps().max_inline_data, 64u);
   Buffer abuf(*pd, 4096);
@@ -184,19 +176,11 @@ TEST_F(BringUpTest, RcPairExchangesAMessage) {
 }
 
 TEST_F(BringUpTest, UdPairExchangesAMessageWithTheGrhFirst) {
-  CompletionQueue cq_a = CompletionQueue::create(dev->ctx, 16);
-  CompletionQueue cq_b = CompletionQueue::create(dev->ctx, 16);
-  const verbs::QpCaps caps{.max_send_wr = 8, .max_recv_wr = 8};
-  QueuePair a = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_UD, .send_cq = &cq_a, .recv_cq = &cq_a, .caps = caps});
-  QueuePair b = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_UD, .send_cq = &cq_b, .recv_cq = &cq_b, .caps = caps});
+  QpPair pair(*dev, *pd, IBV_QPT_UD, 16, verbs::QpCaps{.max_send_wr = 8, .max_recv_wr = 8});
+  auto& [cq_a, cq_b, a, b] = pair;
   activate_ud(a, *dev);
   activate_ud(b, *dev);
-  verbs::AddressHandle ah = verbs::AddressHandle::create(
-      *pd, verbs::AhAttr{.dgid = dev->gid,
-                         .sgid_index = static_cast<std::uint8_t>(dev->gid_index),
-                         .port_num = dev->port});
+  verbs::AddressHandle ah = loopback_ah(*pd, *dev);
   Buffer abuf(*pd, 4096);
   Buffer bbuf(*pd, 4096);
 

@@ -15,9 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using verbs::CompletionChannel;
-using verbs::CompletionQueue;
-using verbs::QpConfig;
-using verbs::QueuePair;
 
 class CqTest : public VerbsTest {};
 
@@ -45,15 +42,7 @@ TEST_F(CqTest, RecordsWhatRawRxeDoesOnDestroyWithAQpUsingTheCq) {
   // Plain libibverbs, recorded, not asserted: our layer refuses either way (test above).
   ibv_cq* cq = ibv_create_cq(dev->ctx.get(), 16, nullptr, nullptr, 0);
   ASSERT_NE(cq, nullptr);
-  ibv_qp_init_attr qattr{};
-  qattr.send_cq = cq;
-  qattr.recv_cq = cq;
-  qattr.qp_type = IBV_QPT_RC;
-  qattr.cap.max_send_wr = 4;
-  qattr.cap.max_recv_wr = 4;
-  qattr.cap.max_send_sge = 1;
-  qattr.cap.max_recv_sge = 1;
-  ibv_qp* qp = ibv_create_qp(pd->get(), &qattr);
+  ibv_qp* qp = create_raw_qp(pd->get(), cq, IBV_QPT_RC);
   ASSERT_NE(qp, nullptr);
   const int raw = ibv_destroy_cq(cq);
   std::printf("RAW %s: ibv_destroy_cq with a QP using it returned %d (%s)\n",
@@ -80,13 +69,8 @@ TEST_F(CqTest, SizeAboveTheDeviceMaxIsRefusedNamingTheLimit) {
 }
 
 TEST_F(CqTest, UnpolledCompletionsDoNotPreventDestroy) {
-  CompletionQueue a_cq = CompletionQueue::create(dev->ctx, 16);
-  CompletionQueue b_cq = CompletionQueue::create(dev->ctx, 16);
-  const verbs::QpCaps caps{.max_send_wr = 8, .max_recv_wr = 8};
-  QueuePair a = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_RC, .send_cq = &a_cq, .recv_cq = &a_cq, .caps = caps});
-  QueuePair b = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_RC, .send_cq = &b_cq, .recv_cq = &b_cq, .caps = caps});
+  QpPair pair(*dev, *pd, IBV_QPT_RC, 16, verbs::QpCaps{.max_send_wr = 8, .max_recv_wr = 8});
+  auto& [a_cq, b_cq, a, b] = pair;
   Buffer abuf(*pd, 4096);
   Buffer bbuf(*pd, 4096);
   connect_rc_pair(*dev, a, b);
@@ -108,14 +92,10 @@ TEST_F(CqTest, UnpolledCompletionsDoNotPreventDestroy) {
 
 TEST_F(CqTest, ChannelEventsAreAcknowledgedBeforeDestroy) {
   CompletionChannel channel = CompletionChannel::create(dev->ctx);
-  CompletionQueue a_cq = CompletionQueue::create(dev->ctx, 16);
-  CompletionQueue b_cq = CompletionQueue::create(dev->ctx, 16, &channel);
+  QpPair pair(*dev, *pd, IBV_QPT_RC, 16, verbs::QpCaps{.max_send_wr = 8, .max_recv_wr = 8},
+              &channel);
+  auto& [a_cq, b_cq, a, b] = pair;
   EXPECT_EQ(channel.cq_count(), 1);
-  const verbs::QpCaps caps{.max_send_wr = 8, .max_recv_wr = 8};
-  QueuePair a = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_RC, .send_cq = &a_cq, .recv_cq = &a_cq, .caps = caps});
-  QueuePair b = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_RC, .send_cq = &b_cq, .recv_cq = &b_cq, .caps = caps});
   Buffer abuf(*pd, 4096);
   Buffer bbuf(*pd, 4096);
   connect_rc_pair(*dev, a, b);

@@ -17,9 +17,6 @@ namespace rdmx::test {
 namespace {
 
 using namespace std::chrono_literals;
-using verbs::CompletionQueue;
-using verbs::QpConfig;
-using verbs::QueuePair;
 using verbs::TeardownReport;
 
 // Every completion the test sees, before and during teardown, by wr_id.
@@ -192,19 +189,11 @@ TEST_F(QpTeardownTest, SrqAttachedQpWaitsBoundedForLastWqeReached) {
 }
 
 TEST_F(QpTeardownTest, UdEveryPostedWrIdComesBackExactlyOnce) {
-  CompletionQueue cq_a = CompletionQueue::create(dev->ctx, 64);
-  CompletionQueue cq_b = CompletionQueue::create(dev->ctx, 64);
-  const verbs::QpCaps caps{.max_send_wr = 16, .max_recv_wr = 16};
-  QueuePair a = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_UD, .send_cq = &cq_a, .recv_cq = &cq_a, .caps = caps});
-  QueuePair b = QueuePair::create(
-      *pd, QpConfig{.type = IBV_QPT_UD, .send_cq = &cq_b, .recv_cq = &cq_b, .caps = caps});
+  QpPair pair(*dev, *pd, IBV_QPT_UD, 64, verbs::QpCaps{.max_send_wr = 16, .max_recv_wr = 16});
+  auto& [cq_a, cq_b, a, b] = pair;
   activate_ud(a, *dev);
   activate_ud(b, *dev);
-  verbs::AddressHandle ah = verbs::AddressHandle::create(
-      *pd, verbs::AhAttr{.dgid = dev->gid,
-                         .sgid_index = static_cast<std::uint8_t>(dev->gid_index),
-                         .port_num = dev->port});
+  verbs::AddressHandle ah = loopback_ah(*pd, *dev);
   Buffer abuf(*pd, kKiB64);
   Buffer bbuf(*pd, kKiB64);
   RecvChain arecv = make_recv_chain(abuf, 6, 1024, 0x100);
@@ -276,15 +265,7 @@ TEST_F(QpTeardownTest, UdQpInAMulticastGroupIsNotDestroyed) {
 TEST_F(QpTeardownTest, RecordsWhatRawRxeDoesOnDestroyOfAQpInAMulticastGroup) {
   // Plain libibverbs, recorded, not asserted: our layer refuses either way (test above).
   CompletionQueue cq = CompletionQueue::create(dev->ctx, 16);
-  ibv_qp_init_attr qattr{};
-  qattr.send_cq = cq.get();
-  qattr.recv_cq = cq.get();
-  qattr.qp_type = IBV_QPT_UD;
-  qattr.cap.max_send_wr = 4;
-  qattr.cap.max_recv_wr = 4;
-  qattr.cap.max_send_sge = 1;
-  qattr.cap.max_recv_sge = 1;
-  ibv_qp* qp = ibv_create_qp(pd->get(), &qattr);
+  ibv_qp* qp = create_raw_qp(pd->get(), cq.get(), IBV_QPT_UD);
   ASSERT_NE(qp, nullptr);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;

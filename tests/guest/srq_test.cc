@@ -18,9 +18,6 @@ namespace rdmx::test {
 namespace {
 
 using namespace std::chrono_literals;
-using verbs::CompletionQueue;
-using verbs::QpConfig;
-using verbs::QueuePair;
 using verbs::SharedReceiveQueue;
 
 class SrqTest : public VerbsTest {};
@@ -114,14 +111,7 @@ TEST_F(SrqTest, RecordsWhatRawRxeDoesOnDestroyWithAnAttachedQp) {
   sattr.attr.max_sge = 1;
   ibv_srq* srq = ibv_create_srq(pd->get(), &sattr);
   ASSERT_NE(srq, nullptr);
-  ibv_qp_init_attr qattr{};
-  qattr.send_cq = cq;
-  qattr.recv_cq = cq;
-  qattr.srq = srq;
-  qattr.qp_type = IBV_QPT_RC;
-  qattr.cap.max_send_wr = 4;
-  qattr.cap.max_send_sge = 1;
-  ibv_qp* qp = ibv_create_qp(pd->get(), &qattr);
+  ibv_qp* qp = create_raw_qp(pd->get(), cq, IBV_QPT_RC, srq);
   ASSERT_NE(qp, nullptr);
 
   const int raw = ibv_destroy_srq(srq);

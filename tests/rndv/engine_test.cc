@@ -372,6 +372,16 @@ void one_transfer(Net& net, Transfer& t, std::size_t len, std::size_t capacity,
   net.run();
 }
 
+// A transfer of `len` bytes (pattern `seed`) from node `from` to node `to` into a buffer of the
+// same size, begun and matched (the RTS arriving); nothing has moved yet.
+void start_transfer(Net& net, Transfer& t, std::size_t len, std::uint32_t seed,
+                    std::uint32_t from = 0, std::uint32_t to = 1) {
+  t.src = pattern(len, seed);
+  t.dst = std::make_unique<RecvBuf>(len, 0);
+  net.send(from, to, t.send, t.src.data(), len, &t.rts);
+  net[to].engine.on_rts_matched(from, &t.recv, t.dst->data, len, t.rts);
+}
+
 void expect_delivered(const Transfer& t, std::size_t len) {
   const std::size_t n = std::min(len, t.dst->cap);
   EXPECT_EQ(std::memcmp(t.dst->data, t.src.data() + t.src_offset, n), 0) << "contents differ";
@@ -533,10 +543,7 @@ TEST(Engine, CtsWaitsForResourcesThenGoes) {
   Net net(2, small_writes(4096));
   net[1].ctrl_budget = 0;
   Transfer t;
-  t.src = pattern(20'000, 1);
-  t.dst = std::make_unique<RecvBuf>(20'000, 0);
-  net.send(0, 1, t.send, t.src.data(), t.src.size(), &t.rts);
-  net[1].engine.on_rts_matched(0, &t.recv, t.dst->data, t.dst->cap, t.rts);
+  start_transfer(net, t, 20'000, 1);
   EXPECT_TRUE(net[1].engine.has_pending());
   for (int i = 0; i < 10; ++i) {
     (void)net.step();
@@ -552,10 +559,7 @@ TEST(Engine, ConnectionSetUpDelaysWritesThenTheyGo) {
   Net net(2, small_writes(4096));
   net[0].connection = WriteConnection::kConnecting;
   Transfer t;
-  t.src = pattern(30'000, 2);
-  t.dst = std::make_unique<RecvBuf>(30'000, 0);
-  net.send(0, 1, t.send, t.src.data(), t.src.size(), &t.rts);
-  net[1].engine.on_rts_matched(0, &t.recv, t.dst->data, t.dst->cap, t.rts);
+  start_transfer(net, t, 30'000, 2);
   net.run();
   EXPECT_EQ(net[0].engine.stats().writes, 0u) << "no write before the connection is up";
   EXPECT_EQ(net[0].engine.active_with(1), 1u);
@@ -571,10 +575,7 @@ TEST(Engine, NoConnectionMeansCopyPath) {
     Net net(2, small_writes(4096));
     net[0].connection = fail_later ? WriteConnection::kConnecting : WriteConnection::kUnavailable;
     Transfer t;
-    t.src = pattern(30'000, 3);
-    t.dst = std::make_unique<RecvBuf>(30'000, 0);
-    net.send(0, 1, t.send, t.src.data(), t.src.size(), &t.rts);
-    net[1].engine.on_rts_matched(0, &t.recv, t.dst->data, t.dst->cap, t.rts);
+    start_transfer(net, t, 30'000, 3);
     net.run();
     if (fail_later) {
       net[0].engine.on_connection_failed(1);
@@ -588,10 +589,7 @@ TEST(Engine, NoConnectionMeansCopyPath) {
 TEST(Engine, WriteErrorFailsBothSidesAfterTheWritesDrain) {
   Net net(2, small_writes(100, 8));
   Transfer t;
-  t.src = pattern(10'000, 4);
-  t.dst = std::make_unique<RecvBuf>(10'000, 0);
-  net.send(0, 1, t.send, t.src.data(), t.src.size(), &t.rts);
-  net[1].engine.on_rts_matched(0, &t.recv, t.dst->data, t.dst->cap, t.rts);
+  start_transfer(net, t, 10'000, 4);
   // Deliver the CTS, then break the QP before the writes execute.
   while (net.ctrl(1, 0).empty()) {
     ASSERT_TRUE(net.step());
@@ -621,10 +619,7 @@ TEST(Engine, PeerFailureFailsEveryTransferWithThatPeerOnly) {
   const std::uint32_t from[] = {0, 0, 2, 1};
   const std::uint32_t to[] = {1, 1, 1, 0};
   for (std::size_t i = 0; i < ts.size(); ++i) {
-    ts[i].src = pattern(20'000, static_cast<std::uint32_t>(i));
-    ts[i].dst = std::make_unique<RecvBuf>(20'000, 0);
-    net.send(from[i], to[i], ts[i].send, ts[i].src.data(), 20'000, &ts[i].rts);
-    net[to[i]].engine.on_rts_matched(from[i], &ts[i].recv, ts[i].dst->data, 20'000, ts[i].rts);
+    start_transfer(net, ts[i], 20'000, static_cast<std::uint32_t>(i), from[i], to[i]);
   }
   EXPECT_EQ(net[1].engine.active_with(0), 3u);
   // Node 1 learns that node 0 is dead; node 0 learns the same of node 1.
@@ -687,10 +682,7 @@ TEST(Engine, RtsNotPostedIsAbortedWithoutATrace) {
 TEST(Engine, CancelAllKeepsRegistrationsOfWritesInFlightUntilReleaseAll) {
   Net net(2, small_writes(100, 4));
   Transfer t;
-  t.src = pattern(10'000, 7);
-  t.dst = std::make_unique<RecvBuf>(10'000, 0);
-  net.send(0, 1, t.send, t.src.data(), 10'000, &t.rts);
-  net[1].engine.on_rts_matched(0, &t.recv, t.dst->data, 10'000, t.rts);
+  start_transfer(net, t, 10'000, 7);
   while (net.writes(0, 1).empty()) {
     ASSERT_TRUE(net.step());
   }

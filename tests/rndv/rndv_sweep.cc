@@ -22,23 +22,6 @@ using namespace rdmx::test;
 
 namespace {
 
-struct Pair {
-  rdmx_worker_t* w = nullptr;
-  rdmx_ep_t* ep = nullptr;
-};
-
-Pair open_pair(Rank& rank, rdmx_config_t cfg) {
-  Pair p;
-  RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &p.w));
-  const void* addr = nullptr;
-  std::size_t len = 0;
-  RDMX_CHECK_OK(rank, rdmx_worker_address(p.w, &addr, &len));
-  const auto blobs = rank.allgather(addr, len);
-  const auto& b = blobs[static_cast<std::size_t>(1 - rank.rank())];
-  RDMX_CHECK_OK(rank, rdmx_ep_create(p.w, b.data(), b.size(), &p.ep));
-  return p;
-}
-
 struct Sample {
   double p50 = 0;  // median half round trip, us
   double p10 = 0;  // 10th percentile: the protocol's cost without most scheduling stalls
@@ -49,16 +32,16 @@ Sample pingpong(Rank& rank, Pair& p, std::vector<char>& buf, std::size_t size, i
   for (int i = -20; i < iters; ++i) {
     rdmx_request_t s, r;
     const auto t0 = std::chrono::steady_clock::now();
-    RDMX_CHECK_OK(rank, rdmx_tag_recv(p.w, buf.data(), size, RDMX_ANY_SOURCE, 1, ~0ull, &r, nullptr,
-                                      nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(p.worker, buf.data(), size, RDMX_ANY_SOURCE, 1, ~0ull, &r,
+                                      nullptr, nullptr));
     if (rank.rank() == 0) {
       RDMX_CHECK_OK(rank, rdmx_tag_send(p.ep, buf.data(), size, 1, 0, &s, nullptr, nullptr));
-      RDMX_CHECK_OK(rank, wait_request(rank, p.w, &s, nullptr, "send"));
-      RDMX_CHECK_OK(rank, wait_request(rank, p.w, &r, nullptr, "recv"));
+      RDMX_CHECK_OK(rank, wait_request(rank, p.worker, &s, nullptr, "send"));
+      RDMX_CHECK_OK(rank, wait_request(rank, p.worker, &r, nullptr, "recv"));
     } else {
-      RDMX_CHECK_OK(rank, wait_request(rank, p.w, &r, nullptr, "recv"));
+      RDMX_CHECK_OK(rank, wait_request(rank, p.worker, &r, nullptr, "recv"));
       RDMX_CHECK_OK(rank, rdmx_tag_send(p.ep, buf.data(), size, 1, 0, &s, nullptr, nullptr));
-      RDMX_CHECK_OK(rank, wait_request(rank, p.w, &s, nullptr, "send"));
+      RDMX_CHECK_OK(rank, wait_request(rank, p.worker, &s, nullptr, "send"));
     }
     if (i >= 0) {
       samples.push_back(seconds_since(t0) * 1e6 / 2);
@@ -128,8 +111,8 @@ int main(int argc, char** argv) {
         rank.barrier();
         rdmx_ep_destroy(pe.ep);
         rdmx_ep_destroy(pr.ep);
-        rdmx_worker_destroy(pe.w);
-        rdmx_worker_destroy(pr.w);
+        rdmx_worker_destroy(pe.worker);
+        rdmx_worker_destroy(pr.worker);
       },
       RunOptions{.timeout = std::chrono::seconds(1800)});
   return ok ? 0 : 1;

@@ -22,16 +22,9 @@ int main(int argc, char** argv) {
   const std::string d0 = argc > 4 ? argv[4] : "";
   const std::string d1 = argc > 5 ? argv[5] : d0;
   const bool ok = run_ranks(2, [&](Rank& rank) {
-    rdmx_config_t cfg = test_config(rank.rank() == 0 ? d0 : d1, t);
-    rdmx_worker_t* w = nullptr;
-    RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &w));
-    const void* addr = nullptr;
-    std::size_t len = 0;
-    RDMX_CHECK_OK(rank, rdmx_worker_address(w, &addr, &len));
-    const auto blobs = rank.allgather(addr, len);
-    rdmx_ep_t* ep = nullptr;
-    const auto& pb = blobs[static_cast<std::size_t>(1 - rank.rank())];
-    RDMX_CHECK_OK(rank, rdmx_ep_create(w, pb.data(), pb.size(), &ep));
+    const Pair pair = open_pair(rank, test_config(rank.rank() == 0 ? d0 : d1, t));
+    rdmx_worker_t* const w = pair.worker;
+    rdmx_ep_t* const ep = pair.ep;
     std::vector<char> buf(size + 1);
     std::vector<double> samples;
     for (int i = -100; i < iters; ++i) {

@@ -38,17 +38,10 @@ std::uint8_t pattern(std::size_t size, std::size_t i) {
 
 void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& devs) {
   const std::string dev = c.two_devices ? devs[static_cast<std::size_t>(rank.rank())] : devs[0];
-  rdmx_config_t cfg = test_config(dev, c.transport);
-  rdmx_worker_t* w = nullptr;
-  RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &w));
-  const void* addr = nullptr;
-  std::size_t len = 0;
-  RDMX_CHECK_OK(rank, rdmx_worker_address(w, &addr, &len));
-  const auto blobs = rank.allgather(addr, len);
+  const Pair pair = open_pair(rank, test_config(dev, c.transport));
+  rdmx_worker_t* const w = pair.worker;
+  rdmx_ep_t* const ep = pair.ep;
   const int peer = 1 - rank.rank();
-  rdmx_ep_t* ep = nullptr;
-  const auto& pb = blobs[static_cast<std::size_t>(peer)];
-  RDMX_CHECK_OK(rank, rdmx_ep_create(w, pb.data(), pb.size(), &ep));
   rdmx_stats_t st{};
   RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
   RDMX_CHECK_EQ(rank, st.transport, c.transport);

@@ -10,6 +10,11 @@
 
 namespace rdmx::test {
 
+// The verbs types every device test names.
+using verbs::CompletionQueue;
+using verbs::QpConfig;
+using verbs::QueuePair;
+
 class VerbsTest : public GuestTest {
  protected:
   void SetUp() override {

@@ -28,6 +28,37 @@ TestDevice TestDevice::open() {
 Buffer::Buffer(const verbs::ProtectionDomain& pd, std::size_t size, int access)
     : bytes(size, 0), mr(verbs::MemoryRegion::create(pd, bytes.data(), size, access)) {}
 
+QpPair::QpPair(const TestDevice& dev, const verbs::ProtectionDomain& pd, ibv_qp_type type,
+               int cq_depth, const verbs::QpCaps& caps, verbs::CompletionChannel* b_channel)
+    : cq_a(verbs::CompletionQueue::create(dev.ctx, cq_depth)),
+      cq_b(verbs::CompletionQueue::create(dev.ctx, cq_depth, b_channel)),
+      a(verbs::QueuePair::create(
+          pd, verbs::QpConfig{.type = type, .send_cq = &cq_a, .recv_cq = &cq_a, .caps = caps})),
+      b(verbs::QueuePair::create(
+          pd, verbs::QpConfig{.type = type, .send_cq = &cq_b, .recv_cq = &cq_b, .caps = caps})) {}
+
+verbs::AddressHandle loopback_ah(const verbs::ProtectionDomain& pd, const TestDevice& dev) {
+  return verbs::AddressHandle::create(
+      pd, verbs::AhAttr{.dgid = dev.gid,
+                        .sgid_index = static_cast<std::uint8_t>(dev.gid_index),
+                        .port_num = dev.port});
+}
+
+ibv_qp* create_raw_qp(ibv_pd* pd, ibv_cq* cq, ibv_qp_type type, ibv_srq* srq) {
+  ibv_qp_init_attr qattr{};
+  qattr.send_cq = cq;
+  qattr.recv_cq = cq;
+  qattr.srq = srq;
+  qattr.qp_type = type;
+  qattr.cap.max_send_wr = 4;
+  qattr.cap.max_send_sge = 1;
+  if (srq == nullptr) {
+    qattr.cap.max_recv_wr = 4;
+    qattr.cap.max_recv_sge = 1;
+  }
+  return ibv_create_qp(pd, &qattr);
+}
+
 namespace {
 
 verbs::RcRtrAttr rtr_to(const TestDevice& dev, const verbs::QueuePair& peer, std::uint32_t psn,

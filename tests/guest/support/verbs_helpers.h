@@ -56,6 +56,27 @@ struct RcOptions {
   std::uint8_t retry_cnt = 7;
 };
 
+// Two QPs of `type` on the test device, each with its own CQ of at least cq_depth entries (b's
+// optionally reporting to `b_channel`), in RESET: connect_rc_pair() or activate_ud() next.
+// Members in creation order. Tests bind the parts: auto& [cq_a, cq_b, a, b] = pair;
+struct QpPair {
+  verbs::CompletionQueue cq_a;
+  verbs::CompletionQueue cq_b;
+  verbs::QueuePair a;
+  verbs::QueuePair b;
+
+  QpPair(const TestDevice& dev, const verbs::ProtectionDomain& pd, ibv_qp_type type, int cq_depth,
+         const verbs::QpCaps& caps, verbs::CompletionChannel* b_channel = nullptr);
+};
+
+// An address handle to the test device itself (rxe loops the packets back): UD sends between
+// two QPs of one device.
+verbs::AddressHandle loopback_ah(const verbs::ProtectionDomain& pd, const TestDevice& dev);
+
+// A QP made with plain libibverbs (4 send and, without an SRQ, 4 receive WRs of one SGE), for the
+// tests that record what raw rxe does where rdmx::verbs refuses. nullptr when refused.
+ibv_qp* create_raw_qp(ibv_pd* pd, ibv_cq* cq, ibv_qp_type type, ibv_srq* srq = nullptr);
+
 // Moves a and b to RTS, each connected to the other.
 void connect_rc_pair(const TestDevice& dev, verbs::QueuePair& a, verbs::QueuePair& b,
                      const RcOptions& a_opts = {}, const RcOptions& b_opts = {});

@@ -302,6 +302,18 @@ Session open_session(Rank& rank, const std::string& device, rdmx_transport_t tra
   return s;
 }
 
+Pair open_pair(Rank& rank, rdmx_config_t cfg) {
+  Pair p;
+  RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &p.worker));
+  const void* addr = nullptr;
+  std::size_t len = 0;
+  RDMX_CHECK_OK(rank, rdmx_worker_address(p.worker, &addr, &len));
+  const auto blobs = rank.allgather(addr, len);
+  const Blob& b = blobs[static_cast<std::size_t>(1 - rank.rank())];
+  RDMX_CHECK_OK(rank, rdmx_ep_create(p.worker, b.data(), b.size(), &p.ep));
+  return p;
+}
+
 void quiesce(Rank& rank, Session& s, std::chrono::milliseconds timeout) {
   constexpr std::uint64_t kFinTag = 0xf1f1f1f1f1f1f1f1ull;
   std::vector<rdmx_request_t> reqs;

@@ -108,6 +108,13 @@ struct Session {
 Session open_session(Rank& rank, const std::string& device, rdmx_transport_t transport,
                      const std::function<void(rdmx_config_t&)>& tweak = {},
                      const std::vector<int>& peers = {});
+// Two ranks: a worker with `cfg` and an endpoint to the other rank, with no traffic yet (the
+// first messages make the connection). Fails the rank on any error.
+struct Pair {
+  rdmx_worker_t* worker = nullptr;
+  rdmx_ep_t* ep = nullptr;
+};
+Pair open_pair(Rank& rank, rdmx_config_t cfg);
 // Standard sends complete once buffered, so a rank must keep progressing until its peers have
 // its messages (UD retransmits from the sender). quiesce() exchanges a synchronous "fin" with
 // every endpoint's peer: once it returns, everything sent before it was received, both ways.
