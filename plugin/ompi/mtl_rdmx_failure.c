@@ -41,9 +41,10 @@ void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg) {
 }
 
 static bool comm_contains(struct ompi_communicator_t* comm, uint64_t uid) {
-  /* Failure path only: the remote group is the local one for intra-communicators, and the one
-   * an intercommunicator's MPI_ANY_SOURCE refers to. */
-  const int n = ompi_comm_remote_size(comm);
+  /* Failure path only. An intercommunicator's MPI_ANY_SOURCE means its remote group, which
+   * ompi_comm_peer_lookup reads (the local group for intra-communicators, whose
+   * ompi_comm_remote_size is 0). */
+  const int n = OMPI_COMM_IS_INTER(comm) ? ompi_comm_remote_size(comm) : ompi_comm_size(comm);
   int i;
   for (i = 0; i < n; ++i) {
     const ompi_proc_t* p = ompi_comm_peer_lookup(comm, i);
