@@ -24,6 +24,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -119,6 +120,11 @@ class SrqPool {
   // posted level is at or below the watermark, or with force. Returns buffers posted, or
   // -errno when the post failed (the unposted buffers stay free).
   int refill(bool force = false) noexcept;
+  // Whether refill() would post anything: inline, because progress asks on every call.
+  bool wants_refill() const noexcept {
+    const std::uint32_t n = std::min(free_count_, params_.depth - posted_now_);
+    return n != 0 && (n >= params_.batch || posted_now_ <= params_.watermark);
+  }
   // IBV_EVENT_SRQ_LIMIT_REACHED: refill everything free and re-arm the limit.
   int on_limit_event() noexcept;
   // Re-arms when a previous arm had to wait for the level to rise above the watermark.

@@ -68,11 +68,8 @@ bool Worker::header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
   return true;
 }
 
-std::uint64_t Worker::now_us() const noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000u +
-         static_cast<std::uint64_t>(ts.tv_nsec) / 1000u;
+std::uint64_t Worker::now_us() noexcept {
+  return clock_.now_us();
 }
 
 Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag,

@@ -31,6 +31,7 @@
 #include "rendezvous/rc_lru.h"
 #include "rendezvous/reg_cache.h"
 #include "transport/address.h"
+#include "transport/clock.h"
 #include "transport/config.h"
 #include "transport/peer.h"
 #include "transport/request.h"
@@ -247,7 +248,7 @@ class Worker {
   // dead = false: the peer left cleanly (kDisconnect): only what is sent to it fails.
   void fail_peer(Peer& peer, int code, const char* why, bool dead = true);
   void fail_pending(Peer& peer, int code);
-  std::uint64_t now_us() const noexcept;
+  std::uint64_t now_us() noexcept;  // clock_: late by a few microseconds at most
 
   // --- liveness of quiet peers and failure reporting (liveness.cc)
   void run_watchdogs(std::uint64_t now_us);  // every kWatchdogPeriodUs, from progress
@@ -364,6 +365,7 @@ class Worker {
   std::uint64_t next_ud_timer_us_ = protocol::kNoDeadline;
   std::uint64_t next_connect_timer_us_ = protocol::kNoDeadline;
   std::uint32_t progress_calls_ = 0;
+  CachedClock clock_;
   std::uint64_t next_watchdog_us_ = 0;
   std::uint32_t rc_connected_peers_ = 0;
   bool closing_ = false;

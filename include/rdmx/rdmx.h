@@ -17,7 +17,9 @@
  * Completion: a post call that returns RDMX_OK has accepted the operation; its callback (if any)
  * runs exactly once, from inside a later rdmx_worker_progress() or rdmx_request_wait() (never from
  * inside the post call itself), and rdmx_request_test() reports its status. A post call that
- * returns an error has accepted nothing and runs no callback.
+ * returns an error has accepted nothing and runs no callback. A request posted without a
+ * callback completes as soon as its operation does, which for an eager send can be inside the
+ * post call: test it right away before spending a progress call on it.
  *
  * Threads: a worker and its endpoints and requests are used by one thread at a time.
  */

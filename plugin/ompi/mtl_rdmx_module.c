@@ -344,8 +344,7 @@ static void complete(mca_mtl_rdmx_request_t* r) {
       r->super.completion_callback(&r->super);
       break;
     case MCA_MTL_RDMX_REQ_BLOCKING_SEND:
-      r->done = true; /* the sender frees its buffer */
-      break;
+      break; /* posted without a callback: ompi_mtl_rdmx_send tests it, never queued here */
   }
 }
 

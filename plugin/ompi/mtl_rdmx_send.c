@@ -38,9 +38,12 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
   for (;;) {
     OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
     ep = ompi_mtl_rdmx_get_ep(proc);
-    rc = (NULL == ep) ? RDMX_ERR_UNREACHABLE
-                      : rdmx_tag_send(ep, start, length, rtag, flags, &req->rdmx,
-                                      ompi_mtl_rdmx_callback, req);
+    rc =
+        (NULL == ep)
+            ? RDMX_ERR_UNREACHABLE
+            : rdmx_tag_send(
+                  ep, start, length, rtag, flags, &req->rdmx,
+                  MCA_MTL_RDMX_REQ_BLOCKING_SEND == req->kind ? NULL : ompi_mtl_rdmx_callback, req);
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
       break;
@@ -87,8 +90,15 @@ int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicat
   if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
     return rc;
   }
-  /* Bounded: a peer that died fails the request (rdmx's peer timeout). */
-  while (!req.done) {
+  /* No callback: an eager send is done when rdmx_tag_send returns (rdmx took the data), so
+   * MPI_Send returns without a progress call. Bounded: a peer that died fails the request. */
+  for (;;) {
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    rc = rdmx_request_test(&req.rdmx, &req.status);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    if (RDMX_INPROGRESS != rc) {
+      break;
+    }
     opal_progress();
   }
   if (req.free_buffer) {
