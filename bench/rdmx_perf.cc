@@ -103,8 +103,10 @@ struct Options {
   std::vector<Test> tests;
   bool sizes_given = false;
   std::size_t min_size = 1;
-  std::size_t max_size = 0;  // 0: the eager limit
-  long iters = -1;           // -1: by size
+  std::size_t max_size = 0;               // 0: the eager limit
+  std::vector<std::size_t> size_list;     // -m A,B,C: exactly these sizes (else MIN..MAX doubling)
+  std::size_t size_budget = kSizeBudget;  // -b: bytes measured per size above kBudgetAbove
+  long iters = -1;                        // -1: by size
   long warmup = kDefaultWarmup;
   bool warmup_given = false;
   unsigned window = kDefaultWindow;
@@ -633,7 +635,7 @@ class Client {
 
   std::vector<std::size_t> sizes(Test t) const {
     std::size_t lo = o_.min_size;
-    std::size_t hi = o_.max_size;
+    std::size_t hi = o_.size_list.empty() ? o_.max_size : o_.size_list.back();
     if (!o_.sizes_given && t == Test::kRate) {
       lo = hi = kDefaultRateSize;
     }
@@ -641,6 +643,9 @@ class Client {
       hi = eager_limit_;
     } else if (hi > eager_limit_) {
       std::printf("# note: sizes above the eager limit (%zu B) go by rendezvous\n", eager_limit_);
+    }
+    if (!o_.size_list.empty()) {
+      return o_.size_list;
     }
     std::vector<std::size_t> out;
     if (lo == 0) {
@@ -658,7 +663,7 @@ class Client {
       return o_.iters;
     }
     if (size > kBudgetAbove) {
-      return std::clamp<long>(static_cast<long>(kSizeBudget / size), 4, kDefaultItersLarge);
+      return std::clamp<long>(static_cast<long>(o_.size_budget / size), 4, kDefaultItersLarge);
     }
     return size > kLargeAbove ? kDefaultItersLarge : kDefaultIters;
   }
@@ -947,9 +952,11 @@ void usage(FILE* f) {
                "  -p PORT          TCP port of the control channel (default %u)\n"
                "  -t rc|ud         transport (default rc)\n"
                "  -m MIN[:MAX]     sizes, powers of two (default 1:eager limit; rate: 8);\n"
-               "                   above the eager limit by rendezvous (e.g. -m 64k:64m bw)\n"
+               "                   above the eager limit by rendezvous (e.g. -m 64k:64m bw);\n"
+               "                   or a list A,B,C (e.g. -m 4k,8k,8193,16k lat)\n"
                "  -i N             measured iterations/messages (default %ld, %ld above 8 KiB,\n"
-               "                   above 64 KiB 256 MiB worth, at least 4)\n"
+               "                   above 64 KiB -b MiB worth, at least 4)\n"
+               "  -b MIB           bytes per size above 64 KiB, in MiB (default %zu)\n"
                "  -x N             warm-up iterations/messages (default %ld; above 64 KiB a\n"
                "                   tenth of the iterations)\n"
                "  -w N             window of bw/rate (default %u; above 64 KiB 16 MiB worth)\n"
@@ -961,7 +968,8 @@ void usage(FILE* f) {
                "  -y N             spin (-S), sleeping 1 us after every N idle progress calls\n"
                "  -W MS            bound of every wait (default 30000)\n"
                "  -T S             watchdog: exit 124 after S seconds (default 900)\n",
-               kDefaultPort, kDefaultIters, kDefaultItersLarge, kDefaultWarmup, kDefaultWindow);
+               kDefaultPort, kDefaultIters, kDefaultItersLarge, kSizeBudget >> 20, kDefaultWarmup,
+               kDefaultWindow);
 }
 
 bool parse_size(const char* s, std::size_t* out) {
@@ -978,7 +986,7 @@ bool parse_size(const char* s, std::size_t* out) {
     scale = 1024 * 1024;
     ++end;
   }
-  if (*end != '\0' && *end != ':') {
+  if (*end != '\0' && *end != ':' && *end != ',') {
     return false;
   }
   *out = static_cast<std::size_t>(v) * scale;
@@ -997,7 +1005,7 @@ long parse_long(const char* s, const char* what) {
 Options parse(int argc, char** argv) {
   Options o;
   int c = 0;
-  while ((c = getopt(argc, argv, "sc:p:t:m:i:x:w:P:d:fSvy:W:T:h")) != -1) {
+  while ((c = getopt(argc, argv, "sc:p:t:m:i:x:w:P:d:fSvy:W:T:b:h")) != -1) {
     switch (c) {
       case 's':
         o.role = Options::Role::kServer;
@@ -1019,6 +1027,21 @@ Options parse(int argc, char** argv) {
         }
         break;
       case 'm': {
+        if (std::strchr(optarg, ',') != nullptr) {
+          // A list: exactly these sizes, in this order (e.g. around the rendezvous threshold).
+          for (const char* p = optarg; p != nullptr; p = std::strchr(p, ',')) {
+            p += *p == ',' ? 1 : 0;
+            std::size_t v = 0;
+            if (!parse_size(p, &v) || (!o.size_list.empty() && v <= o.size_list.back())) {
+              die("-m: '%s' is not an increasing list of sizes A,B,C", optarg);
+            }
+            o.size_list.push_back(v);
+          }
+          o.min_size = o.size_list.front();
+          o.max_size = o.size_list.back();
+          o.sizes_given = true;
+          break;
+        }
         const char* colon = std::strchr(optarg, ':');
         if (!parse_size(optarg, &o.min_size) ||
             (colon != nullptr && !parse_size(colon + 1, &o.max_size))) {
@@ -1078,6 +1101,12 @@ Options parse(int argc, char** argv) {
         break;
       case 'W':
         o.wait_ms = static_cast<int>(parse_long(optarg, "-W"));
+        break;
+      case 'b':
+        o.size_budget = static_cast<std::size_t>(parse_long(optarg, "-b")) << 20;
+        if (o.size_budget == 0) {
+          die("-b: at least 1 (MiB)");
+        }
         break;
       case 'T':
         o.watchdog_s = static_cast<int>(parse_long(optarg, "-T"));

@@ -147,9 +147,9 @@ int Worker::progress() {
     }
     low |= pool->posted() <= pool->params().watermark;
   }
-  // Async events cost a read(2); look every 64 calls, or at once when a pool is low (its limit
+  // Async events cost a read(2); look every 256 calls, or at once when a pool is low (its limit
   // event has probably fired and must be acknowledged and re-armed).
-  if ((++progress_calls_ & 63) == 0 || low) [[unlikely]] {
+  if ((++progress_calls_ & 255) == 0 || low) [[unlikely]] {
     handle_async_events();
     const std::uint64_t now = now_us();
     if (now >= next_watchdog_us_) {

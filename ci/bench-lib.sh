@@ -1,0 +1,79 @@
+# ci/bench-lib.sh: what ci/bench-eager and ci/bench-rndv share (sourced, not run).
+#   figures:  median, valid, ratio, verdict
+#   guest:    bench_step, bench_perftest (they read the caller's $work, $port, $sdev, $cdev,
+#             $gid and $sip: bash functions see the locals of the function that calls them)
+#   host:     bench_build_perf BUILD TOP (packages, configure without tests, build rdmx_perf)
+# shellcheck shell=bash disable=SC2154 # the caller's locals, see above
+
+median() { # numbers on stdin (n/a and empty lines ignored) -> median or n/a
+  grep -E '^[0-9.]+([eE][-+]?[0-9]+)?$' | sort -g | awk '{a[NR]=$1} END {
+    if (NR == 0) { print "n/a"; exit }
+    if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+valid() { # a positive finite number, else n/a
+  awk -v x="${1:-}" 'BEGIN { if (x ~ /^[0-9.]+([eE][-+]?[0-9]+)?$/ && x + 0 > 0) print x + 0; else print "n/a" }'
+}
+
+ratio() { # a b -> a/b with 2 decimals, or n/a
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    num = "^[0-9.]+([eE][-+]?[0-9]+)?$"
+    if (a ~ num && b ~ num && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }'
+}
+
+verdict() { # ratio op limit -> PASS/FAIL/n/a
+  awk -v r="$1" -v op="$2" -v l="$3" 'BEGIN {
+    if (r !~ /^[0-9.]+$/) { print "n/a"; exit }
+    ok = (op == "<=") ? (r + 0 <= l + 0) : (r + 0 >= l + 0); print ok ? "PASS" : "FAIL" }'
+}
+
+# name seconds cmd... -> output in $work/name.out, .err; prints one status line; CMD's status.
+bench_step() {
+  local name=$1 secs=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 5 "$secs" "$@" >"$work/$name.out" 2>"$work/$name.err"
+  local rc=$?
+  local what=ok
+  [ $rc -eq 124 ] && what="TIMED OUT after ${secs}s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && what="failed (exit $rc)"
+  echo "   step $name: $what ($((SECONDS - t0)) s)"
+  if [ $rc -ne 0 ]; then
+    grep -v LAST_WQE_REACHED "$work/$name.err" | tail -n 5 | sed 's/^/     | /'
+  fi
+  return $rc
+}
+
+# name seconds tool args...: a perftest server on $sdev in the background, the client on $cdev
+# against $sip, both on a fresh port above $port; the client's output in $work/name.out.
+bench_perftest() {
+  local name=$1 secs=$2 tool=$3; shift 3
+  port=$((port + 1))
+  timeout -k 5 "$secs" "$tool" -d "$sdev" -x "$gid" -p "$port" -F "$@" \
+    >"$work/$name.srv" 2>&1 &
+  local spid=$! _
+  for _ in $(seq 1 100); do # until it listens, at most 10 s
+    ss -ltn 2>/dev/null | grep -q ":$port " && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  bench_step "$name" "$secs" "$tool" -d "$cdev" -x "$gid" -p "$port" -F "$@" "$sip"
+  local rc=$?
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  return $rc
+}
+
+# build top: installs what is missing, configures BUILD (no tests) once, builds rdmx_perf.
+bench_build_perf() {
+  local build=$1 top=$2
+  # shellcheck source=ci/deps.sh
+  . "$top/ci/deps.sh"
+  rdmx_install_deps || return 2
+  echo "== build rdmx_perf in $build"
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$top" -B "$build" -DRDMX_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 ||
+      { cat "$build.configure.log"; return 2; }
+  fi
+  timeout 3600 cmake --build "$build" -j"$(nproc)" --target rdmx_perf 2>&1 | tail -n 3
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "build of rdmx_perf failed" >&2; return 2; }
+}
