@@ -20,13 +20,22 @@ static uint64_t rdmx_source(struct ompi_communicator_t* comm, int src) {
   return mtl_rdmx_uid_of(&ompi_comm_peer_lookup(comm, src)->super.proc_name);
 }
 
-/* A specific source already found unreachable (ompi_mtl_rdmx_peer_unreachable). */
+/* A specific source: connects to it first if this process has no endpoint to it yet (endpoints
+ * are made on the first send; a process that only receives from a peer would otherwise have no
+ * connection through which rdmx can find the peer dead), then says whether it is already known
+ * unreachable (ompi_mtl_rdmx_peer_unreachable). Lock held. */
 static bool source_unreachable(struct ompi_communicator_t* comm, int src) {
+  ompi_proc_t* proc;
   const mca_mtl_rdmx_endpoint_t* e;
   if (MPI_ANY_SOURCE == src) {
     return false;
   }
-  e = ompi_comm_peer_lookup(comm, src)->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+  proc = ompi_comm_peer_lookup(comm, src);
+  e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+  if (OPAL_UNLIKELY(NULL == e || NULL == e->ep)) {
+    (void)ompi_mtl_rdmx_get_ep(proc); /* says why when it cannot */
+    e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+  }
   return NULL != e && e->unreachable;
 }
 
@@ -132,10 +141,12 @@ static void fill_status(struct ompi_status_public_t* status, const rdmx_status_t
 
 /* Looks once, progresses rdmx, looks again: a probe loop in the application then always makes
  * progress, as with the other MTLs. Returns 1 found, 0 not, < 0 an rdmx error. */
-static int probe(struct ompi_communicator_t* comm, uint64_t source, uint64_t match, uint64_t mask,
+static int probe(struct ompi_communicator_t* comm, int src, uint64_t match, uint64_t mask,
                  rdmx_status_t* s, rdmx_message_t** message) {
+  const uint64_t source = rdmx_source(comm, src);
   int found;
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  (void)source_unreachable(comm, src); /* connects, so that a dead source is found */
   found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   if (0 == found) {
@@ -161,7 +172,7 @@ int ompi_mtl_rdmx_iprobe(struct mca_mtl_base_module_t* mtl, struct ompi_communic
   int found;
   (void)mtl;
   mtl_rdmx_recv_tag(comm->c_contextid, src, tag, &match, &mask);
-  found = probe(comm, rdmx_source(comm, src), match, mask, &s, NULL);
+  found = probe(comm, src, match, mask, &s, NULL);
   if (OPAL_UNLIKELY(found < 0)) {
     return ompi_mtl_rdmx_error(found);
   }
@@ -190,7 +201,7 @@ int ompi_mtl_rdmx_improbe(struct mca_mtl_base_module_t* mtl, struct ompi_communi
     return OMPI_ERR_OUT_OF_RESOURCE;
   }
   mtl_rdmx_recv_tag(comm->c_contextid, src, tag, &match, &mask);
-  found = probe(comm, rdmx_source(comm, src), match, mask, &s, &m);
+  found = probe(comm, src, match, mask, &s, &m);
   if (found <= 0) {
     ompi_message_return(msg);
     return found < 0 ? ompi_mtl_rdmx_error(found) : OMPI_SUCCESS;

@@ -13,6 +13,10 @@
  * rank 0 waits in MPI_Recv from rank 1 with an MPI_ANY_SOURCE Irecv posted, and both must fail
  * within the bound; then MPI_Probe from rank 1, MPI_Probe and MPI_Recv from MPI_ANY_SOURCE must
  * fail at once (the MTL's MPI_ANY_SOURCE rule, plugin/ompi/mtl_rdmx_failure.c).
+ *
+ * `mpi_deadpeer never`: rank 1 dies before any message between the two; rank 0's MPI_Recv from
+ * it must still fail within the bound (the MTL connects to a source on the first receive, and
+ * the unanswered connection fails the peer).
  */
 #include <mpi.h>
 #include <signal.h>
@@ -99,6 +103,29 @@ static void recv_only(int rank, double bound) {
   _exit(0);
 }
 
+static void never_connected(int rank, double bound) {
+  int inbox = 0, rc;
+  double t0;
+  char text[MPI_MAX_ERROR_STRING];
+  if (rank == 1) {
+    raise(SIGKILL);
+  }
+  sleep(1); /* rank 1 is gone by now */
+  t0 = MPI_Wtime();
+  rc = MPI_Recv(&inbox, 1, MPI_INT, 1, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS) {
+    fail("MPI_Recv from a dead rank reported success (it never sent)");
+  }
+  printf("mpi_deadpeer: MPI_Recv from a dead rank never connected failed after %.1f s: %s\n",
+         MPI_Wtime() - t0, err_text(rc, text));
+  if (MPI_Wtime() - t0 > bound) {
+    fail("MPI_Recv from a dead rank never connected took longer than the bound");
+  }
+  printf("PASS mpi_deadpeer never-connected (np 2)\n");
+  fflush(stdout);
+  _exit(0);
+}
+
 int main(int argc, char** argv) {
   static char payload[NSENDS][256]; /* eager on rc and on ud (one packet) */
   MPI_Request req[NSENDS + 2];      /* sends, Issend, Irecv */
@@ -119,6 +146,9 @@ int main(int argc, char** argv) {
     fail("run with -np 2");
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (argc > 1 && 0 == strcmp(argv[1], "never")) {
+    never_connected(rank, bound);
+  }
   /* Connected both ways before the death. */
   if (MPI_SUCCESS != MPI_Sendrecv_replace(&ping, 1, MPI_INT, 1 - rank, 1, 1 - rank, 1,
                                           MPI_COMM_WORLD, MPI_STATUS_IGNORE)) {

@@ -189,6 +189,17 @@ const char* tname(rdmx_transport_t t) {
   return t == RDMX_TRANSPORT_RC ? "rc" : "ud";
 }
 
+// A rank about to die or sleep progresses for a second first, so that what its peer sent last
+// is acknowledged: unacknowledged UD sends fail a peer that does not progress for T (send.cc),
+// which would find it before the liveness probes these tests are about.
+void acknowledge_everything(Session& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (seconds_since(t0) < 1.0) {
+    (void)rdmx_worker_progress(s.worker);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 void record_failure(std::uint64_t uid, void* arg) {
   static_cast<std::vector<std::uint64_t>*>(arg)->push_back(uid);
 }
@@ -205,6 +216,7 @@ TEST_P(PeerFailure, KilledPeerFailsWaitingReceives) {
                     rdmx_tag_send(s.eps[0], &early, sizeof(early), 9, 0, &r, nullptr, nullptr));
       quiesce(rank, s);
       rank.barrier();
+      acknowledge_everything(s);
       _exit(0);  // dies without a word, having sent nothing rank 0 waits for
     }
     std::vector<std::uint64_t> failed;
@@ -265,7 +277,8 @@ TEST_P(PeerFailure, ProbeLoopOnKilledPeerEnds) {
     quiesce(rank, s);
     rank.barrier();
     if (rank.rank() == 1) {
-      _exit(0);  // once rank 0 has nothing in flight to it
+      acknowledge_everything(s);
+      _exit(0);
     }
     // MPI_Probe on the dead rank: no request is active, only the probe loop waits.
     const auto t0 = std::chrono::steady_clock::now();
@@ -300,13 +313,7 @@ TEST_P(PeerFailure, QuietLivePeerIsNotFailed) {
     std::uint32_t word = 7;
     if (rank.rank() == 1) {
       rank.barrier();
-      // Acknowledge what rank 0 sent last first: unacknowledged UD sends fail a peer that does
-      // not progress for T (send.cc), a different bound from the one tested here.
-      const auto t0 = std::chrono::steady_clock::now();
-      while (seconds_since(t0) < 1.0) {
-        (void)rdmx_worker_progress(s.worker);
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
+      acknowledge_everything(s);
       std::this_thread::sleep_for(asleep);  // no progress at all
       rdmx_request_t r;
       RDMX_CHECK_OK(rank,
