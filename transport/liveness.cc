@@ -17,8 +17,8 @@
 //       must call progress at least once in that time while someone waits on it (60 s by
 //       default): more generous than UD's send timeout (T without an ack).
 // A peer found dead (fail_peer with dead = true) fails the receives that name it and is reported
-// once through the peer-failure callback, from the next watchdog run (never inside a post
-// call).
+// once through the peer-failure callback: before the callbacks of the requests it failed
+// (run_completions), else from the next watchdog run; never from inside a post call.
 #include <cstdio>
 #include <utility>
 
@@ -32,8 +32,8 @@ void Worker::run_watchdogs(std::uint64_t now) {
   if (!ud_mode_) {
     run_rc_watchdog(now);
   }
-  // Peers failed since the last run, from here or elsewhere (send errors, UD timers, connects):
-  // reported within a period, never from inside a post call, at no cost to the hot path.
+  // Peers failed since the last run that failed no request with a callback (run_completions
+  // reports those first): reported within a period, never from inside a post call.
   if (!failed_uids_.empty()) {
     notify_peer_failures();
   }

@@ -105,6 +105,9 @@ void Worker::complete(Request* r, int code) {
 int Worker::run_completions() {
   // Only what is on the list now: callbacks that post and complete at once wait for the next
   // call, so a callback loop cannot starve the CQs.
+  if (!failed_uids_.empty()) [[unlikely]] {
+    notify_peer_failures();  // before the requests it failed: the host hears the cause first
+  }
   Request* r = done_head_;
   done_head_ = done_tail_ = nullptr;
   int n = 0;
