@@ -82,6 +82,15 @@ void rdmx_ep_destroy(rdmx_ep_t* ep) {
   }
 }
 
+int rdmx_worker_set_peer_failure_callback(rdmx_worker_t* worker, rdmx_peer_failure_cb_t callback,
+                                          void* arg) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  worker->impl->set_peer_failure_callback(callback, arg);
+  return RDMX_OK;
+}
+
 int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags,
                   rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
   if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr || request == nullptr) {

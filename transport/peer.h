@@ -80,6 +80,15 @@ struct Peer {
   std::uint64_t rc_watch_completions = 0;
   std::uint64_t rc_watch_since_us = 0;
   bool rc_kicked = false;
+  // Liveness of a quiet peer (liveness.cc): what we last saw of it (messages in order,
+  // RC send completions, UD pongs) and since when it has not changed; UD pings in flight.
+  std::uint64_t live_mark = 0;
+  std::uint64_t live_since_us = 0;
+  std::uint64_t ping_first_us = 0;  // 0: no ping unanswered
+  std::uint64_t ping_last_us = 0;
+  std::uint32_t pings = 0;  // unanswered
+  std::uint32_t pongs = 0;
+  bool dead = false;  // failed other than by leaving cleanly: receives naming it fail too
   ibv_mtu path_mtu = IBV_MTU_1024;
   // UD: where to send.
   std::unique_ptr<verbs::AddressHandle> ah;

@@ -151,11 +151,9 @@ int Worker::progress() {
   // event has probably fired and must be acknowledged and re-armed).
   if ((++progress_calls_ & 255) == 0 || low) [[unlikely]] {
     handle_async_events();
-    if (!ud_mode_) {
-      const std::uint64_t now = now_us();
-      if (now >= next_watchdog_us_) {
-        run_rc_watchdog(now);
-      }
+    const std::uint64_t now = now_us();
+    if (now >= next_watchdog_us_) {
+      run_watchdogs(now);  // liveness.cc: the RC watchdog and probes of quiet peers
     }
   }
   if (next_ud_timer_us_ != protocol::kNoDeadline ||
@@ -640,8 +638,9 @@ int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std
     return RDMX_ERR_INVALID_PARAM;
   }
   std::uint32_t src = protocol::kAnySource;
+  Peer* p = nullptr;
   if (source != RDMX_ANY_SOURCE) {
-    Peer* p = find_peer(source);
+    p = find_peer(source);
     if (p == nullptr) {
       // A receive from a peer not heard of yet: a placeholder, connected if it ever connects.
       try {
@@ -666,6 +665,12 @@ int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std
     release_message(d);
     return RDMX_OK;
   }
+  if (p != nullptr && p->dead) [[unlikely]] {
+    // Nothing it sent before dying matches, and nothing more will come.
+    (void)matcher_.cancel(r->recv);
+    r->state = ReqState::kIdle;
+    return RDMX_ERR_UNREACHABLE;
+  }
   activate(r);
   return RDMX_OK;
 }
@@ -673,8 +678,9 @@ int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std
 int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
                   rdmx_status_t* status, rdmx_message_t** message) {
   std::uint32_t src = protocol::kAnySource;
+  const Peer* p = nullptr;
   if (source != RDMX_ANY_SOURCE) {
-    const Peer* p = find_peer(source);
+    p = find_peer(source);
     if (p == nullptr) {
       return 0;
     }
@@ -683,7 +689,8 @@ int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
   const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
   protocol::UnexpectedMsg* u = message != nullptr ? matcher_.mprobe(spec) : matcher_.probe(spec);
   if (u == nullptr) {
-    return 0;
+    probe_waiting_ = true;  // someone waits in a probe loop: keep quiet peers under watch
+    return p != nullptr && p->dead ? RDMX_ERR_UNREACHABLE : 0;
   }
   const MsgDesc* d = static_cast<MsgDesc*>(u);
   if (status != nullptr) {

@@ -669,13 +669,22 @@ void Worker::fail_pending(Peer& peer, int code) {
   }
 }
 
-void Worker::fail_peer(Peer& peer, int code, const char* why) {
+void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   if (peer.state == PeerState::kFailed) {
     return;
   }
+  // A dead peer also fails the receives naming it (liveness.cc) and is reported once; one that
+  // left cleanly does not: messages it sent before leaving may still be on their way (UD's
+  // control QP is not ordered with its data QPs).
+  std::size_t recvs = 0;
+  if (dead && !closing_) {
+    peer.dead = true;
+    recvs = fail_posted_recvs(peer, code);
+    failed_uids_.push_back(peer.uid);
+  }
   // Quiet unless it costs the user something: a peer leaving (kDisconnect at its finalize) with
   // nothing pending is the normal end of a job. Failed requests carry the error either way.
-  const bool pending = peer.pending_head != nullptr || peer.sync_waiting != 0;
+  const bool pending = peer.pending_head != nullptr || peer.sync_waiting != 0 || recvs != 0;
   if (config_.verbose >= 1 || (!closing_ && pending)) {
     std::fprintf(stderr, "rdmx: peer %016llx unreachable: %s\n",
                  static_cast<unsigned long long>(peer.uid), why);

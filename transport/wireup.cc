@@ -366,7 +366,7 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
     if (h.src_ep < peers_.size()) {
       Peer& p = *peers_[h.src_ep];
       if (p.have_address && p.address.ctrl_qpn == wc.src_qp) {
-        fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed");
+        fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed", /*dead=*/false);
       }
     }
     return;
@@ -379,6 +379,13 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
   if (decode_address(body.address, kAddressSize, &from) != RDMX_OK || body.target_uid != uid_ ||
       (body.target_instance != 0 && body.target_instance != instance_)) {
     return;  // not for this worker (or for an earlier incarnation of it)
+  }
+  if (body.op == kOpPing || body.op == kOpPong) {
+    Peer* p = find_peer(from.uid);
+    if (p != nullptr && p->state == PeerState::kConnected && p->address.instance == from.instance) {
+      on_ping(*p, body.op);  // liveness.cc
+    }
+    return;
   }
   if (body.op == kOpWrRequest || body.op == kOpWrReply || body.op == kOpWrClose) {
     Peer* p = find_peer(from.uid);

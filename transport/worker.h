@@ -53,6 +53,9 @@ inline constexpr std::uint8_t kOpWrRequest = 3;  // qpn/psn: the requester's wri
 inline constexpr std::uint8_t kOpWrReply = 4;    // qpn/psn: the responder's (qpn 0: refused);
                                                  // for: the requester's QP it answers
 inline constexpr std::uint8_t kOpWrClose = 5;    // qpn: the sender's QP, now retired
+// UD liveness (liveness.cc): "are you there?" and its answer, from the peer's progress.
+inline constexpr std::uint8_t kOpPing = 6;
+inline constexpr std::uint8_t kOpPong = 7;
 
 // Pools by id (the id is in the wr_id slot of every receive).
 inline constexpr std::uint8_t kPoolSmall = 0;
@@ -82,7 +85,14 @@ inline constexpr std::uint32_t kUdResendBurst = 16;          // UD messages rese
 inline constexpr std::uint32_t kUdCwndInitial = 16;          // UD congestion window: start,
 inline constexpr std::uint64_t kWatchdogPeriodUs = 100'000;  // RC send-progress check
 inline constexpr std::uint64_t kStallKickUs = 300'000;       // RC QP without progress: kick it
-inline constexpr std::uint32_t kUdCwndMin = 2;               // floor (halved on every timeout)
+// Liveness of quiet peers (liveness.cc, README "Peer failure"), T = peer_timeout_ms: a peer
+// silent for T / kLiveProbeDiv while requests wait is probed; RC fails it when the probe write
+// does not complete within T, UD when pings (one per T / kLiveProbeDiv) stay unanswered for
+// kUdPingBoundFactor x T (the peer's progress must answer, so the bound is generous).
+inline constexpr std::uint32_t kLiveProbeDiv = 4;
+inline constexpr std::uint32_t kUdPingBoundFactor = 2;
+
+inline constexpr std::uint32_t kUdCwndMin = 2;  // floor (halved on every timeout)
 inline constexpr std::uint32_t kMaxPendingPerPeer = 1u << 16;
 inline constexpr std::uint32_t kQkey = 0x52444d58;  // "RDMX"
 inline constexpr int kPollBatch = 16;
@@ -166,6 +176,10 @@ class Worker {
   int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                rdmx_callback_t callback, void* user_data);
   int cancel(Request* request);
+  void set_peer_failure_callback(rdmx_peer_failure_cb_t callback, void* arg) noexcept {
+    peer_failure_cb_ = callback;
+    peer_failure_arg_ = arg;
+  }
   int progress();
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
   void stats(rdmx_stats_t* out) const;
@@ -231,9 +245,17 @@ class Worker {
   void run_ud_timers(std::uint64_t now_us);
   void run_rc_watchdog(std::uint64_t now_us);
   void list_ud_timer(Peer& peer);
-  void fail_peer(Peer& peer, int code, const char* why);
+  // dead = false: the peer left cleanly (kDisconnect): only what is sent to it fails.
+  void fail_peer(Peer& peer, int code, const char* why, bool dead = true);
   void fail_pending(Peer& peer, int code);
   std::uint64_t now_us() noexcept;  // clock_: late by a few microseconds at most
+
+  // --- liveness of quiet peers and failure reporting (liveness.cc)
+  void run_watchdogs(std::uint64_t now_us);  // every kWatchdogPeriodUs, from progress
+  void run_liveness(std::uint64_t now_us);
+  void on_ping(Peer& peer, std::uint8_t op);  // UD: kOpPing / kOpPong from the control QP
+  std::size_t fail_posted_recvs(Peer& peer, int code);
+  void notify_peer_failures();
 
   // --- receive path (recv.cc)
   int poll_cqs();
@@ -347,6 +369,12 @@ class Worker {
   std::uint64_t next_watchdog_us_ = 0;
   std::uint32_t rc_connected_peers_ = 0;
   bool closing_ = false;
+  // Liveness (liveness.cc): a probe found nothing since the last watchdog run (the application
+  // waits in a probe loop), and dead peers whose callback has not run yet.
+  bool probe_waiting_ = false;
+  rdmx_peer_failure_cb_t peer_failure_cb_ = nullptr;
+  void* peer_failure_arg_ = nullptr;
+  std::vector<std::uint64_t> failed_uids_;
 
   // Message descriptors: a free list grown in chunks on the slow path.
   static constexpr std::size_t kDescChunk = 256;

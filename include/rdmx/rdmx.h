@@ -137,13 +137,33 @@ enum rdmx_send_flags {
   RDMX_SEND_SYNC = 1u << 0 /* complete only once the receiver has matched it (MPI_Ssend) */
 };
 
+/* Peer failure. A peer is found dead when a send to it fails or makes no progress, when it
+ * answers no connection request, or, while this worker has requests active or is being probed,
+ * when it stays silent and does not answer liveness probes (RC: a zero-length RDMA write, answered
+ * by the peer's adapter; UD: a ping its progress answers); all bounded by peer_timeout_ms (see
+ * transport/README.md, "Peer failure"). Then its pending sends and the receives naming it as
+ * source fail with RDMX_ERR_UNREACHABLE, a later send to it or receive from it is refused with
+ * RDMX_ERR_UNREACHABLE (messages it sent before dying still match), and the peer-failure
+ * callback runs once with its uid. A peer that leaves cleanly (its worker destroyed) fails the
+ * sends to it but not the receives naming it, and runs no callback.
+ * The callback runs from inside rdmx_worker_progress() or rdmx_request_wait(), like request
+ * callbacks, and must not call rdmx: record the uid and act (e.g. fail RDMX_ANY_SOURCE receives
+ * the dead peer could have satisfied) once progress has returned. NULL removes it. */
+typedef void (*rdmx_peer_failure_cb_t)(uint64_t uid, void* arg);
+int rdmx_worker_set_peer_failure_callback(rdmx_worker_t* worker, rdmx_peer_failure_cb_t callback,
+                                          void* arg);
+
 int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags,
                   rdmx_request_t* request, rdmx_callback_t callback, void* user_data);
+/* RDMX_ERR_UNREACHABLE (nothing accepted) when `source` is a peer found dead and none of the
+ * messages it sent before dying matches. */
 int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source,
                   uint64_t tag, uint64_t tag_mask, rdmx_request_t* request,
                   rdmx_callback_t callback, void* user_data);
 
-/* Looks for a matching unexpected message. Returns 1 and fills *status when found, else 0.
+/* Looks for a matching unexpected message. Returns 1 and fills *status when found, else 0, or
+ * RDMX_ERR_UNREACHABLE when nothing matches and `source` names a peer found dead (nothing more
+ * can come from it: a probe loop on it ends).
  * With message != NULL the message is removed from matching (MPI_Improbe) and must be received
  * with rdmx_tag_msg_recv. */
 int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_t tag_mask,

@@ -44,12 +44,13 @@ typedef struct mca_mtl_rdmx_request {
   size_t capacity; /* receive: bytes the buffer takes */
   struct mca_mtl_rdmx_request* next_done; /* module's list of completions to deliver */
   struct ompi_proc_t* peer; /* send: the destination, named when rdmx finds it unreachable */
-  /* Receive from a specific source: listed in the module while posted, so the receive can be
-   * failed when that peer is found unreachable (rdmx itself fails only sends). */
+  /* Receives (irecv): listed in the module while posted, so that an MPI_ANY_SOURCE receive can
+   * be failed when a process of its communicator dies (mtl_rdmx_failure.c). */
   struct mca_mtl_rdmx_request* posted_prev;
   struct mca_mtl_rdmx_request* posted_next;
   uint64_t source_uid;
-  bool posted;      /* in the module's posted_recvs list */
+  struct ompi_communicator_t* comm; /* receive: its communicator (MPI_ANY_SOURCE failure rule) */
+  bool posted;                      /* in the module's posted_recvs list */
   bool peer_failed; /* cancelled because its source is unreachable: an error, not a cancel */
   mca_mtl_rdmx_req_kind_t kind;
   bool free_buffer; /* buffer is ours (malloc'd by the datatype helpers) */
@@ -77,7 +78,13 @@ typedef struct mca_mtl_rdmx_module {
   mca_mtl_rdmx_request_t* done_head;
   mca_mtl_rdmx_request_t* done_tail;
   mca_mtl_rdmx_endpoint_t* endpoints;
-  mca_mtl_rdmx_request_t* posted_recvs; /* receives from a specific source, while posted */
+  mca_mtl_rdmx_request_t* posted_recvs; /* irecv receives, while posted */
+  /* Processes rdmx found dead (uids, mtl_rdmx_failure.c): appended by rdmx's peer-failure
+   * callback, acted on by progress from dead_handled on; kept for the MPI_ANY_SOURCE rule. */
+  uint64_t* dead_uids;
+  size_t dead_count;
+  size_t dead_capacity;
+  size_t dead_handled;
   bool warned_large;
   bool warned_progress;
 } mca_mtl_rdmx_module_t;
@@ -136,6 +143,16 @@ void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r);
 void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r);
 /* Queues r's completion with status error (delivered by the next progress); lock held. */
 void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error);
+
+/* Dead processes (mtl_rdmx_failure.c). The rdmx peer-failure callback: records the uid. */
+void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg);
+/* From progress, once rdmx has returned, when dead_handled != dead_count: says which process
+ * died and fails the posted MPI_ANY_SOURCE receives of communicators that contain it. */
+void ompi_mtl_rdmx_handle_peer_failures(void);
+/* A process of comm is dead (false at once while none is). Lock held. */
+bool ompi_mtl_rdmx_comm_has_dead(struct ompi_communicator_t* comm);
+/* Finalize: forget the dead processes. */
+void ompi_mtl_rdmx_dead_fini(void);
 
 /* send */
 int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,

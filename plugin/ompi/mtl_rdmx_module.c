@@ -360,6 +360,9 @@ int ompi_mtl_rdmx_progress(void) {
   r = ompi_mtl_rdmx.done_head;
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  if (OPAL_UNLIKELY(ompi_mtl_rdmx.dead_handled != ompi_mtl_rdmx.dead_count)) {
+    ompi_mtl_rdmx_handle_peer_failures(); /* mtl_rdmx_failure.c: calls rdmx, so not inside it */
+  }
   if (OPAL_UNLIKELY(events < 0) && !ompi_mtl_rdmx.warned_progress) {
     ompi_mtl_rdmx.warned_progress = true;
     opal_output(0, "mtl rdmx: progress failed: %s", rdmx_strerror(events));
@@ -420,6 +423,7 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
   }
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
   ompi_mtl_rdmx.posted_recvs = NULL;
+  ompi_mtl_rdmx_dead_fini();
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   return OMPI_SUCCESS;
 }

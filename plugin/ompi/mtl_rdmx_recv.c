@@ -79,6 +79,7 @@ int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communica
     return rc;
   }
   req->source_uid = source;
+  req->comm = comm;
   req->peer_failed = false;
   req->posted = false;
   for (;;) {
@@ -90,19 +91,31 @@ int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communica
       return OMPI_SUCCESS;
     }
     /* Listed before posting: rdmx may complete it (callback: unlink) inside the call. */
-    if (RDMX_ANY_SOURCE != source) {
-      ompi_mtl_rdmx_posted_link(req);
-    }
+    ompi_mtl_rdmx_posted_link(req);
     rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
                        ompi_mtl_rdmx_callback, req);
     if (OPAL_UNLIKELY(RDMX_OK != rc)) {
       ompi_mtl_rdmx_posted_unlink(req);
+    } else if (OPAL_UNLIKELY(0 != ompi_mtl_rdmx.dead_count) && RDMX_ANY_SOURCE == source &&
+               req->posted && ompi_mtl_rdmx_comm_has_dead(comm)) {
+      /* Nothing there it could take, and a process it could wait for is dead: fails (the
+       * MPI_ANY_SOURCE rule, mtl_rdmx_failure.c). */
+      req->peer_failed = true;
+      (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &req->rdmx);
     }
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
       break;
     }
     ompi_mtl_rdmx_progress();
+  }
+  if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == rc)) {
+    /* rdmx knows the source dead (the MTL may not have heard yet): as source_unreachable. */
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    req->peer_failed = true;
+    ompi_mtl_rdmx_complete_now(req, RDMX_ERR_UNREACHABLE);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    return OMPI_SUCCESS;
   }
   return OPAL_LIKELY(RDMX_OK == rc) ? OMPI_SUCCESS : post_failed(req, rc);
 }
@@ -119,8 +132,8 @@ static void fill_status(struct ompi_status_public_t* status, const rdmx_status_t
 
 /* Looks once, progresses rdmx, looks again: a probe loop in the application then always makes
  * progress, as with the other MTLs. Returns 1 found, 0 not, < 0 an rdmx error. */
-static int probe(uint64_t source, uint64_t match, uint64_t mask, rdmx_status_t* s,
-                 rdmx_message_t** message) {
+static int probe(struct ompi_communicator_t* comm, uint64_t source, uint64_t match, uint64_t mask,
+                 rdmx_status_t* s, rdmx_message_t** message) {
   int found;
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
@@ -129,6 +142,12 @@ static int probe(uint64_t source, uint64_t match, uint64_t mask, rdmx_status_t* 
     ompi_mtl_rdmx_progress();
     OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
     found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
+    /* A specific dead source: rdmx says RDMX_ERR_UNREACHABLE. MPI_ANY_SOURCE: the MTL's rule
+     * (mtl_rdmx_failure.c), so that an MPI_Probe loop ends instead of waiting for ever. */
+    if (OPAL_UNLIKELY(0 == found && 0 != ompi_mtl_rdmx.dead_count) && RDMX_ANY_SOURCE == source &&
+        ompi_mtl_rdmx_comm_has_dead(comm)) {
+      found = RDMX_ERR_UNREACHABLE;
+    }
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   }
   return found;
@@ -142,7 +161,7 @@ int ompi_mtl_rdmx_iprobe(struct mca_mtl_base_module_t* mtl, struct ompi_communic
   int found;
   (void)mtl;
   mtl_rdmx_recv_tag(comm->c_contextid, src, tag, &match, &mask);
-  found = probe(rdmx_source(comm, src), match, mask, &s, NULL);
+  found = probe(comm, rdmx_source(comm, src), match, mask, &s, NULL);
   if (OPAL_UNLIKELY(found < 0)) {
     return ompi_mtl_rdmx_error(found);
   }
@@ -171,7 +190,7 @@ int ompi_mtl_rdmx_improbe(struct mca_mtl_base_module_t* mtl, struct ompi_communi
     return OMPI_ERR_OUT_OF_RESOURCE;
   }
   mtl_rdmx_recv_tag(comm->c_contextid, src, tag, &match, &mask);
-  found = probe(rdmx_source(comm, src), match, mask, &s, &m);
+  found = probe(comm, rdmx_source(comm, src), match, mask, &s, &m);
   if (found <= 0) {
     ompi_message_return(msg);
     return found < 0 ? ompi_mtl_rdmx_error(found) : OMPI_SUCCESS;

@@ -7,6 +7,12 @@
  * (default 90; the transport's peer timeout is set lower by the test). Run with mpirun options
  * that let the job go on after a rank dies (tests/mpi/CMakeLists.txt). Rank 0 prints
  * "PASS mpi_deadpeer ..." and leaves with _exit(0): MPI_Finalize would wait for the dead rank.
+ *
+ * `mpi_deadpeer recv`: the receive-only variant. Rank 0 sends nothing to rank 1 after its death
+ * (everything sent before is acknowledged first), so only rdmx's liveness probes can find it:
+ * rank 0 waits in MPI_Recv from rank 1 with an MPI_ANY_SOURCE Irecv posted, and both must fail
+ * within the bound; then MPI_Probe from rank 1, MPI_Probe and MPI_Recv from MPI_ANY_SOURCE must
+ * fail at once (the MTL's MPI_ANY_SOURCE rule, plugin/ompi/mtl_rdmx_failure.c).
  */
 #include <mpi.h>
 #include <signal.h>
@@ -29,9 +35,73 @@ static const char* err_text(int rc, char* buf) {
   return buf;
 }
 
+/* Progresses (MPI_Iprobe) for `seconds`: what this rank sent is acknowledged by then. */
+static void progress_for(double seconds) {
+  const double t0 = MPI_Wtime();
+  int flag = 0;
+  while (MPI_Wtime() - t0 < seconds) {
+    (void)MPI_Iprobe(MPI_ANY_SOURCE, 999, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    usleep(1000);
+  }
+}
+
+static void recv_only(int rank, double bound) {
+  MPI_Request any;
+  MPI_Status st;
+  int inbox = 0, anybox = 0, flag = 0, rc;
+  double t0, detect, any_done;
+  char text[MPI_MAX_ERROR_STRING];
+  progress_for(2.0); /* both ways: nothing of rank 0's is left unacknowledged */
+  if (rank == 1) {
+    raise(SIGKILL);
+  }
+  t0 = MPI_Wtime();
+  if (MPI_SUCCESS != MPI_Irecv(&anybox, 1, MPI_INT, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, &any)) {
+    fail("posting the MPI_ANY_SOURCE Irecv");
+  }
+  rc = MPI_Recv(&inbox, 1, MPI_INT, 1, 5, MPI_COMM_WORLD, &st);
+  detect = MPI_Wtime() - t0;
+  if (rc == MPI_SUCCESS) {
+    fail("MPI_Recv from a dead rank reported success (it never sent)");
+  }
+  printf("mpi_deadpeer: MPI_Recv from the dead rank failed after %.1f s: %s\n", detect,
+         err_text(rc, text));
+  if (detect > bound) {
+    fail("MPI_Recv from a dead rank took longer than the bound");
+  }
+  /* The MPI_ANY_SOURCE receive of a communicator with the dead rank fails too. */
+  do {
+    rc = MPI_Test(&any, &flag, &st);
+    if (MPI_Wtime() - t0 > bound) {
+      fail("an MPI_ANY_SOURCE Irecv in a communicator with a dead rank still pending");
+    }
+  } while (!flag && rc == MPI_SUCCESS);
+  any_done = MPI_Wtime() - t0;
+  if (rc == MPI_SUCCESS) {
+    fail("an MPI_ANY_SOURCE Irecv reported success (nobody sent)");
+  }
+  printf("mpi_deadpeer: the MPI_ANY_SOURCE Irecv failed after %.1f s\n", any_done);
+  t0 = MPI_Wtime();
+  if (MPI_SUCCESS == MPI_Probe(1, 8, MPI_COMM_WORLD, &st)) {
+    fail("MPI_Probe from a dead rank reported success");
+  }
+  if (MPI_SUCCESS == MPI_Probe(MPI_ANY_SOURCE, 8, MPI_COMM_WORLD, &st)) {
+    fail("MPI_Probe(MPI_ANY_SOURCE) in a communicator with a dead rank reported success");
+  }
+  if (MPI_SUCCESS == MPI_Recv(&inbox, 1, MPI_INT, MPI_ANY_SOURCE, 9, MPI_COMM_WORLD, &st)) {
+    fail("MPI_Recv(MPI_ANY_SOURCE) in a communicator with a dead rank reported success");
+  }
+  if (MPI_Wtime() - t0 > 5.0) {
+    fail("probes and receives with a rank known dead took more than 5 s to fail");
+  }
+  printf("PASS mpi_deadpeer recv-only (np 2), detected after %.1f s\n", detect);
+  fflush(stdout);
+  _exit(0);
+}
+
 int main(int argc, char** argv) {
   static char payload[NSENDS][256]; /* eager on rc and on ud (one packet) */
-  MPI_Request req[NSENDS + 2]; /* sends, Issend, Irecv */
+  MPI_Request req[NSENDS + 2];      /* sends, Issend, Irecv */
   int done[NSENDS + 2];
   int errors[NSENDS + 2];
   int inbox = 0;
@@ -56,6 +126,9 @@ int main(int argc, char** argv) {
   }
   if (MPI_SUCCESS != MPI_Barrier(MPI_COMM_WORLD)) {
     fail("barrier before the death");
+  }
+  if (argc > 1 && 0 == strcmp(argv[1], "recv")) {
+    recv_only(rank, bound);
   }
   if (rank == 1) {
     raise(SIGKILL);

@@ -1,6 +1,8 @@
 // Peers that go away: a destroyed peer worker (kDisconnect), a killed peer process (no goodbye:
-// RC retry exhaustion or UD peer timeout), a connection request nobody answers. Requests fail
-// with RDMX_ERR_UNREACHABLE within the timeout, later sends are refused, nothing hangs.
+// RC retry exhaustion or UD peer timeout), a connection request nobody answers, a killed peer
+// that the survivor only receives from or probes (liveness probes, transport/liveness.cc).
+// Requests fail with RDMX_ERR_UNREACHABLE within the timeout, later sends are refused, nothing
+// hangs; a live peer that is quiet (not progressing) for longer than the timeout is not failed.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -173,6 +175,164 @@ TEST_P(PeerFailure, ConnectionRequestNobodyAnswers) {
     rdmx_ep_destroy(ep);
     rdmx_worker_destroy(w);
     RDMX_CHECK_EQ(rank, rdmx::transport::debug::last_destroy_report().wr_ids.outstanding(), 0u);
+  }));
+}
+
+// Detection of a quiet dead peer: RC probe after T/4, failed T later; UD pings from T/4,
+// failed 2T later (transport/README.md, "Peer failure"). The bound adds slack for a loaded guest.
+double quiet_detection_bound_s(rdmx_transport_t t) {
+  const double t_s = kPeerTimeoutMs / 1000.0;
+  return (t == RDMX_TRANSPORT_RC ? 1.25 * t_s : 2.25 * t_s) + 5.0;
+}
+
+const char* tname(rdmx_transport_t t) {
+  return t == RDMX_TRANSPORT_RC ? "rc" : "ud";
+}
+
+void record_failure(std::uint64_t uid, void* arg) {
+  static_cast<std::vector<std::uint64_t>*>(arg)->push_back(uid);
+}
+
+TEST_P(PeerFailure, KilledPeerFailsWaitingReceives) {
+  const rdmx_transport_t t = GetParam();
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s = open_session(rank, device_for(rank.rank(), true), t, short_timeout);
+    std::uint32_t early = 42;
+    if (rank.rank() == 1) {
+      // Sent before dying: still received after the death is known.
+      rdmx_request_t r;
+      RDMX_CHECK_OK(rank,
+                    rdmx_tag_send(s.eps[0], &early, sizeof(early), 9, 0, &r, nullptr, nullptr));
+      quiesce(rank, s);
+      rank.barrier();
+      _exit(0);  // dies without a word, having sent nothing rank 0 waits for
+    }
+    std::vector<std::uint64_t> failed;
+    RDMX_CHECK_OK(rank, rdmx_worker_set_peer_failure_callback(s.worker, record_failure, &failed));
+    quiesce(rank, s);
+    rank.barrier();
+    // Receive-only: nothing is sent to the dead peer, so only the liveness probes can find it.
+    std::uint32_t in = 0;
+    std::uint32_t any = 0;
+    rdmx_request_t from1;
+    rdmx_request_t from_any;
+    const auto t0 = std::chrono::steady_clock::now();
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &in, sizeof(in), s.uids[1], 5, ~0ull, &from1,
+                                      nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &any, sizeof(any), RDMX_ANY_SOURCE, 6, ~0ull,
+                                      &from_any, nullptr, nullptr));
+    rdmx_status_t st{};
+    const int rc = wait_request(
+        rank, s.worker, &from1, &st, "receive from a killed peer",
+        std::chrono::milliseconds(static_cast<int>(quiet_detection_bound_s(t) * 1000)));
+    const double secs = seconds_since(t0);
+    std::printf("%s: receive from a killed peer failed after %.2f s (bound %.2f s)\n", tname(t),
+                secs, quiet_detection_bound_s(t));
+    RDMX_CHECK_EQ(rank, rc, RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK_EQ(rank, st.source, s.uids[1]);
+    // Not before the probe had its chance: a quiet peer is probed after T/4, failed T later.
+    RDMX_CHECK(rank, secs >= kPeerTimeoutMs / 1000.0);
+    // Reported once, with its uid.
+    RDMX_CHECK_EQ(rank, failed.size(), std::size_t{1});
+    RDMX_CHECK_EQ(rank, failed[0], s.uids[1]);
+    // The any-source receive is the caller's to fail (only it knows who could satisfy it).
+    RDMX_CHECK_EQ(rank, rdmx_request_test(&from_any, nullptr), RDMX_INPROGRESS);
+    RDMX_CHECK_OK(rank, rdmx_request_cancel(s.worker, &from_any));
+    RDMX_CHECK_EQ(rank,
+                  wait_request(rank, s.worker, &from_any, &st, "cancel", std::chrono::seconds(5)),
+                  RDMX_ERR_CANCELED);
+    // What it sent before dying still matches; nothing more can come from it.
+    std::uint32_t got = 0;
+    rdmx_request_t r;
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &got, sizeof(got), s.uids[1], 9, ~0ull, &r, nullptr,
+                                      nullptr));
+    RDMX_CHECK_EQ(rank, wait_request(rank, s.worker, &r, &st, "early message"), RDMX_OK);
+    RDMX_CHECK_EQ(rank, got, early);
+    RDMX_CHECK_EQ(
+        rank, rdmx_tag_recv(s.worker, &got, sizeof(got), s.uids[1], 5, ~0ull, &r, nullptr, nullptr),
+        RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK_EQ(rank, rdmx_tag_probe(s.worker, s.uids[1], 5, ~0ull, &st, nullptr),
+                  RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK_EQ(rank, failed.size(), std::size_t{1});
+    close_session(rank, s);
+  }));
+}
+
+TEST_P(PeerFailure, ProbeLoopOnKilledPeerEnds) {
+  const rdmx_transport_t t = GetParam();
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s = open_session(rank, device_for(rank.rank(), true), t, short_timeout);
+    quiesce(rank, s);
+    rank.barrier();
+    if (rank.rank() == 1) {
+      _exit(0);  // once rank 0 has nothing in flight to it
+    }
+    // MPI_Probe on the dead rank: no request is active, only the probe loop waits.
+    const auto t0 = std::chrono::steady_clock::now();
+    rdmx_status_t st{};
+    int rc = 0;
+    while ((rc = rdmx_tag_probe(s.worker, s.uids[1], 5, ~0ull, &st, nullptr)) == 0) {
+      if (rdmx_worker_progress(s.worker) == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      if (seconds_since(t0) > quiet_detection_bound_s(t)) {
+        rdmx::transport::debug::dump(s.worker);
+        rank.fail(__FILE__, __LINE__, "a probe loop on a killed peer did not end");
+      }
+    }
+    const double secs = seconds_since(t0);
+    std::printf("%s: probe loop on a killed peer ended after %.2f s\n", tname(t), secs);
+    RDMX_CHECK_EQ(rank, rc, RDMX_ERR_UNREACHABLE);
+    close_session(rank, s);
+  }));
+}
+
+// A live peer that does not call progress for longer than the timeout while we wait for it must
+// not be failed. RC: its adapter answers the probe writes (2 x T asleep). UD: its progress has to
+// answer the pings, which may stay unanswered for 2 x T (1.5 x T asleep).
+TEST_P(PeerFailure, QuietLivePeerIsNotFailed) {
+  const rdmx_transport_t t = GetParam();
+  const auto asleep = std::chrono::milliseconds(t == RDMX_TRANSPORT_RC ? 2 * kPeerTimeoutMs
+                                                                       : 3 * kPeerTimeoutMs / 2);
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s = open_session(rank, device_for(rank.rank(), true), t, short_timeout);
+    quiesce(rank, s);
+    std::uint32_t word = 7;
+    if (rank.rank() == 1) {
+      rank.barrier();
+      // Acknowledge what rank 0 sent last first: unacknowledged UD sends fail a peer that does
+      // not progress for T (send.cc), a different bound from the one tested here.
+      const auto t0 = std::chrono::steady_clock::now();
+      while (seconds_since(t0) < 1.0) {
+        (void)rdmx_worker_progress(s.worker);
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      std::this_thread::sleep_for(asleep);  // no progress at all
+      rdmx_request_t r;
+      RDMX_CHECK_OK(rank,
+                    rdmx_tag_send(s.eps[0], &word, sizeof(word), 11, 0, &r, nullptr, nullptr));
+      quiesce(rank, s);
+      close_session(rank, s);
+      return;
+    }
+    std::vector<std::uint64_t> failed;
+    RDMX_CHECK_OK(rank, rdmx_worker_set_peer_failure_callback(s.worker, record_failure, &failed));
+    rank.barrier();
+    std::uint32_t in = 0;
+    rdmx_request_t r;
+    rdmx_status_t st{};
+    const auto t0 = std::chrono::steady_clock::now();
+    RDMX_CHECK_OK(
+        rank, rdmx_tag_recv(s.worker, &in, sizeof(in), s.uids[1], 11, ~0ull, &r, nullptr, nullptr));
+    const int rc = wait_request(rank, s.worker, &r, &st, "receive from a quiet peer",
+                                asleep + std::chrono::seconds(30));
+    std::printf("%s: receive from a peer asleep for %.1f s completed after %.2f s: %s\n", tname(t),
+                static_cast<double>(asleep.count()) / 1000.0, seconds_since(t0), rdmx_strerror(rc));
+    RDMX_CHECK_EQ(rank, rc, RDMX_OK);
+    RDMX_CHECK_EQ(rank, in, word);
+    RDMX_CHECK(rank, failed.empty());
+    quiesce(rank, s);
+    close_session(rank, s);
   }));
 }
 

@@ -1,0 +1,120 @@
+/*
+ * Dead processes and the receives waiting for them.
+ *
+ * rdmx finds a dead peer by itself, also one that this process only receives from or probes
+ * (liveness probes, rdmx.h "Peer failure"); it then fails the receives naming that peer as source
+ * and refuses later ones (so MPI_Recv / MPI_Irecv / MPI_Probe from a dead rank end with
+ * MPI_ERR_OTHER), and it calls ompi_mtl_rdmx_peer_failed with the peer's uid. rdmx does not know
+ * communicators, so the MPI_ANY_SOURCE rule is the MTL's, after ULFM's
+ * (MPI_ERR_PROC_FAILED_PENDING; Open MPI 4.1 without ULFM has no such class, so MPI_ERR_OTHER):
+ *   - an MPI_ANY_SOURCE receive posted in a communicator that contains the dead process fails
+ *     with MPI_ERR_OTHER (nothing received), unless a message has matched it already;
+ *   - from then on, an MPI_ANY_SOURCE receive or probe in such a communicator fails too, once
+ *     no message it could take is there (4.1 has no MPI_Comm_failure_ack to acknowledge the
+ *     failure and go on). Receives from live ranks by name keep working.
+ * A process that left cleanly (MPI_Finalize) is not dead: rdmx reports only deaths.
+ *
+ * The callback runs inside rdmx_worker_progress (module lock held) and only records the uid;
+ * ompi_mtl_rdmx_progress calls ompi_mtl_rdmx_handle_peer_failures once rdmx has returned,
+ * because cancelling receives means calling rdmx again.
+ */
+#include <stdlib.h>
+
+#include "mtl_rdmx.h"
+#include "opal/util/output.h"
+
+void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg) {
+  (void)arg;
+  if (ompi_mtl_rdmx.dead_count == ompi_mtl_rdmx.dead_capacity) {
+    const size_t capacity = 0 == ompi_mtl_rdmx.dead_capacity ? 8 : 2 * ompi_mtl_rdmx.dead_capacity;
+    uint64_t* uids = realloc(ompi_mtl_rdmx.dead_uids, capacity * sizeof(*uids));
+    if (NULL == uids) {
+      opal_output(0,
+                  "mtl rdmx: out of memory recording a dead process; MPI_ANY_SOURCE "
+                  "receives may not see it");
+      return;
+    }
+    ompi_mtl_rdmx.dead_uids = uids;
+    ompi_mtl_rdmx.dead_capacity = capacity;
+  }
+  ompi_mtl_rdmx.dead_uids[ompi_mtl_rdmx.dead_count++] = uid;
+}
+
+static bool comm_contains(struct ompi_communicator_t* comm, uint64_t uid) {
+  /* Failure path only. An intercommunicator's MPI_ANY_SOURCE means its remote group, which
+   * ompi_comm_peer_lookup reads (the local group for intra-communicators, whose
+   * ompi_comm_remote_size is 0). */
+  const int n = OMPI_COMM_IS_INTER(comm) ? ompi_comm_remote_size(comm) : ompi_comm_size(comm);
+  int i;
+  for (i = 0; i < n; ++i) {
+    const ompi_proc_t* p = ompi_comm_peer_lookup(comm, i);
+    if (NULL != p && mtl_rdmx_uid_of(&p->super.proc_name) == uid) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ompi_mtl_rdmx_comm_has_dead(struct ompi_communicator_t* comm) {
+  size_t d;
+  for (d = 0; d < ompi_mtl_rdmx.dead_count; ++d) {
+    if (comm_contains(comm, ompi_mtl_rdmx.dead_uids[d])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+static mca_mtl_rdmx_endpoint_t* endpoint_of(uint64_t uid) {
+  mca_mtl_rdmx_endpoint_t* e;
+  for (e = ompi_mtl_rdmx.endpoints; NULL != e; e = e->next) {
+    if (mtl_rdmx_uid_of(&e->proc->super.proc_name) == uid) {
+      return e;
+    }
+  }
+  return NULL;
+}
+
+/* Lock held. */
+static void fail_any_source_recvs(uint64_t uid) {
+  mca_mtl_rdmx_request_t* r = ompi_mtl_rdmx.posted_recvs;
+  while (NULL != r) {
+    mca_mtl_rdmx_request_t* next = r->posted_next;
+    if (RDMX_ANY_SOURCE == r->source_uid && NULL != r->comm && comm_contains(r->comm, uid)) {
+      r->peer_failed = true; /* completes as an error on the next progress */
+      (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &r->rdmx); /* BUSY: matched, completes */
+    }
+    r = next;
+  }
+}
+
+void ompi_mtl_rdmx_handle_peer_failures(void) {
+  for (;;) {
+    mca_mtl_rdmx_endpoint_t* e;
+    uint64_t uid;
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    if (NULL == ompi_mtl_rdmx.worker || ompi_mtl_rdmx.dead_handled >= ompi_mtl_rdmx.dead_count) {
+      OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+      return;
+    }
+    uid = ompi_mtl_rdmx.dead_uids[ompi_mtl_rdmx.dead_handled++];
+    fail_any_source_recvs(uid);
+    e = endpoint_of(uid);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    if (NULL != e) {
+      ompi_mtl_rdmx_peer_unreachable(e->proc); /* says so once; fails what is left from it */
+    } else {
+      opal_output(0,
+                  "mtl rdmx: process [%u,%u] is unreachable (it died or hung; rdmx declares "
+                  "a peer dead after mtl_rdmx_peer_timeout_ms): receives from it fail with "
+                  "MPI_ERR_OTHER.",
+                  (unsigned)(uid >> 32), (unsigned)(uid & 0xffffffffu));
+    }
+  }
+}
+
+void ompi_mtl_rdmx_dead_fini(void) {
+  free(ompi_mtl_rdmx.dead_uids);
+  ompi_mtl_rdmx.dead_uids = NULL;
+  ompi_mtl_rdmx.dead_count = ompi_mtl_rdmx.dead_capacity = ompi_mtl_rdmx.dead_handled = 0;
+}

@@ -1,0 +1,126 @@
+// Liveness of quiet peers, and the reporting of dead ones.
+//
+// Sends find a dead peer by themselves (RC watchdog, UD retransmission timeout: send.cc). A
+// worker that only waits for a peer (a posted receive, a probe loop) sends it nothing, and would
+// wait for ever. So while requests are active, or a probe found nothing since the last look, the
+// watchdog (every kWatchdogPeriodUs from progress: no clock read or other work per message)
+// compares each connected peer's mark -- messages received in order, RC send completions, UD
+// pongs -- with the last one. A peer whose mark has not moved for T / kLiveProbeDiv
+// (T = peer_timeout_ms) is probed:
+//   RC: a signalled zero-length RDMA write (post_rc_flush), consuming nothing at the peer. Its
+//       adapter answers it even while the process computes or sleeps; the RC watchdog fails the
+//       peer if it has not completed within T (rxe on 6.1 never reports retry exhaustion for a
+//       killed peer). One probe per idle peer every T / kLiveProbeDiv while something waits.
+//   UD: a kConnect{kOpPing} over the control QP, repeated every T / kLiveProbeDiv; the peer's
+//       progress answers kOpPong. Unanswered for kUdPingBoundFactor x T (and at least
+//       kLiveProbeDiv pings, so that a pause of our own does not count): dead. A live UD peer
+//       must call progress at least once in that time while someone waits on it (60 s by
+//       default): more generous than UD's send timeout (T without an ack).
+// A peer found dead (fail_peer with dead = true) fails the receives that name it and is reported
+// once through the peer-failure callback, from the next watchdog run (never inside a post
+// call).
+#include <cstdio>
+#include <utility>
+
+#include "transport/worker.h"
+
+namespace rdmx::transport {
+
+void Worker::run_watchdogs(std::uint64_t now) {
+  next_watchdog_us_ = now + kWatchdogPeriodUs;
+  run_liveness(now);
+  if (!ud_mode_) {
+    run_rc_watchdog(now);
+  }
+  // Peers failed since the last run, from here or elsewhere (send errors, UD timers, connects):
+  // reported within a period, never from inside a post call, at no cost to the hot path.
+  if (!failed_uids_.empty()) {
+    notify_peer_failures();
+  }
+}
+
+void Worker::run_liveness(std::uint64_t now) {
+  const bool waiting = active_head_ != nullptr || probe_waiting_;
+  probe_waiting_ = false;
+  const std::uint64_t timeout_us = std::uint64_t{config_.peer_timeout_ms} * 1000;
+  const std::uint64_t quiet_us = timeout_us / kLiveProbeDiv;
+  for (auto& owned : peers_) {
+    Peer& p = *owned;
+    if (p.state != PeerState::kConnected || !p.rx) {
+      continue;
+    }
+    // Monotonic parts (the Seq wraps; a wrap to the same value only costs one probe).
+    const std::uint64_t mark = p.rx->expected() + p.rc_completions + p.pongs;
+    if (!waiting || mark != p.live_mark || p.live_since_us == 0) {
+      p.live_mark = mark;
+      p.live_since_us = now;
+      p.ping_first_us = 0;
+      p.pings = 0;
+      continue;
+    }
+    if (now - p.live_since_us < quiet_us) {
+      continue;
+    }
+    if (!ud_mode_) {
+      // What is in flight is watched by the RC watchdog already; an idle peer gets the probe.
+      if (p.rc_sq[0].outstanding() == 0 && p.rc_sq[1].outstanding() == 0) {
+        (void)post_rc_flush(p, 0);
+      }
+      continue;
+    }
+    if (p.ping_first_us != 0 && p.pings >= kLiveProbeDiv &&
+        now - p.ping_first_us >= kUdPingBoundFactor * timeout_us) {
+      fail_peer(p, RDMX_ERR_UNREACHABLE,
+                "no answer to liveness pings within 2 x peer_timeout_ms (a UD peer must call "
+                "progress while others wait for it)");
+      continue;
+    }
+    if ((p.ping_first_us == 0 || now - p.ping_last_us >= quiet_us) &&
+        send_wr_ctrl(p, kOpPing, 0, 0)) {
+      if (p.ping_first_us == 0) {
+        p.ping_first_us = now;
+      }
+      p.ping_last_us = now;
+      ++p.pings;
+    }
+  }
+}
+
+void Worker::on_ping(Peer& peer, std::uint8_t op) {
+  if (op == kOpPing) {
+    (void)send_wr_ctrl(peer, kOpPong, 0, 0);  // a lost pong: the next ping asks again
+  } else {
+    ++peer.pongs;  // moves the peer's liveness mark
+  }
+}
+
+std::size_t Worker::fail_posted_recvs(Peer& peer, int code) {
+  // Failure path only: a walk over the active requests.
+  std::size_t failed = 0;
+  Request* r = active_head_;
+  while (r != nullptr) {
+    Request* next = r->active_next;  // complete() unlinks r
+    if (r->type == ReqType::kRecv && r->state == ReqState::kActive && r->recv.posted() &&
+        r->recv.spec.source == peer.index && matcher_.cancel(r->recv)) {
+      r->status.source = peer.uid;
+      r->status.length = 0;
+      complete(r, code);
+      ++failed;
+    }
+    r = next;
+  }
+  return failed;
+}
+
+void Worker::notify_peer_failures() {
+  std::vector<std::uint64_t> uids;
+  uids.swap(failed_uids_);
+  if (peer_failure_cb_ == nullptr || closing_) {
+    return;
+  }
+  for (const std::uint64_t uid : uids) {
+    peer_failure_cb_(uid, peer_failure_arg_);
+  }
+}
+
+}  // namespace rdmx::transport
