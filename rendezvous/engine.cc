@@ -329,19 +329,26 @@ void Engine::pump_writes(Send& t) {
         .imm = t.cts.receiver_slot,
         .signaled = w.signaled,
     };
-    switch (transport_.post_write(t.peer, req)) {
-      case PostResult::kPosted:
-        t.pipe.on_posted();
-        ++stats_.writes;
-        break;
-      case PostResult::kNoResource:
-        list_send(t);
-        return;
-      case PostResult::kFailed:
-        fail_send(t, RDMX_ERR_IO, true);
-        return;
+    if (!sent(t, transport_.post_write(t.peer, req))) {
+      return;
     }
+    t.pipe.on_posted();
+    ++stats_.writes;
   }
+}
+
+bool Engine::sent(Send& t, PostResult r) {
+  switch (r) {
+    case PostResult::kPosted:
+      return true;
+    case PostResult::kNoResource:
+      list_send(t);
+      return false;
+    case PostResult::kFailed:
+      fail_send(t, RDMX_ERR_IO, true);
+      return false;
+  }
+  return false;
 }
 
 void Engine::on_write_completion(std::uint64_t token, bool ok) {
@@ -388,19 +395,12 @@ void Engine::pump_copy(Send& t) {
         static_cast<std::size_t>(std::min<std::uint64_t>(cap, t.granted - t.copy_offset));
     const protocol::DataBody body{
         .offset = t.copy_offset, .receiver_slot = t.cts.receiver_slot, .reserved = 0};
-    switch (transport_.post_fragment(t.peer, body, t.buffer + t.copy_offset, n)) {
-      case PostResult::kPosted:
-        t.copy_offset += n;
-        t.copy_any = true;
-        stats_.copied_bytes += n;
-        break;
-      case PostResult::kNoResource:
-        list_send(t);
-        return;
-      case PostResult::kFailed:
-        fail_send(t, RDMX_ERR_IO, true);
-        return;
+    if (!sent(t, transport_.post_fragment(t.peer, body, t.buffer + t.copy_offset, n))) {
+      return;
     }
+    t.copy_offset += n;
+    t.copy_any = true;
+    stats_.copied_bytes += n;
   }
   if (t.state == SendState::kCopying) {
     finish_send(t, RDMX_OK);  // every byte is copied out: the user's buffer is free again

@@ -207,6 +207,9 @@ class Engine {
   void start_copy(Send& t, const char* why);
   void pump_writes(Send& t);
   void pump_copy(Send& t);
+  // A write's or fragment's post result: true when posted; else the send waits for resources
+  // (listed) or has failed (RDMX_ERR_IO, the receiver told).
+  bool sent(Send& t, PostResult r);
   void fail_send(Send& t, int code, bool tell_receiver);
   void finish_send(Send& t, int code);
   void release_send(Send& t);  // drop the registration and the slot (from done, failed or wait_cts)

@@ -178,8 +178,7 @@ TEST_F(BringUpTest, RcPairExchangesAMessage) {
 TEST_F(BringUpTest, UdPairExchangesAMessageWithTheGrhFirst) {
   QpPair pair(*dev, *pd, IBV_QPT_UD, 16, verbs::QpCaps{.max_send_wr = 8, .max_recv_wr = 8});
   auto& [cq_a, cq_b, a, b] = pair;
-  activate_ud(a, *dev);
-  activate_ud(b, *dev);
+  activate_ud(pair, *dev);
   verbs::AddressHandle ah = loopback_ah(*pd, *dev);
   Buffer abuf(*pd, 4096);
   Buffer bbuf(*pd, 4096);

@@ -191,8 +191,7 @@ TEST_F(QpTeardownTest, SrqAttachedQpWaitsBoundedForLastWqeReached) {
 TEST_F(QpTeardownTest, UdEveryPostedWrIdComesBackExactlyOnce) {
   QpPair pair(*dev, *pd, IBV_QPT_UD, 64, verbs::QpCaps{.max_send_wr = 16, .max_recv_wr = 16});
   auto& [cq_a, cq_b, a, b] = pair;
-  activate_ud(a, *dev);
-  activate_ud(b, *dev);
+  activate_ud(pair, *dev);
   verbs::AddressHandle ah = loopback_ah(*pd, *dev);
   Buffer abuf(*pd, kKiB64);
   Buffer bbuf(*pd, kKiB64);

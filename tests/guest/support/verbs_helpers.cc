@@ -101,6 +101,11 @@ void activate_ud(verbs::QueuePair& qp, const TestDevice& dev) {
   qp.to_rts(verbs::UdRtsAttr{.sq_psn = 0});
 }
 
+void activate_ud(QpPair& pair, const TestDevice& dev) {
+  activate_ud(pair.a, dev);
+  activate_ud(pair.b, dev);
+}
+
 std::vector<ibv_wc> poll_n(ibv_cq* cq, std::size_t n, std::chrono::milliseconds timeout) {
   std::vector<ibv_wc> out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -80,8 +80,9 @@ ibv_qp* create_raw_qp(ibv_pd* pd, ibv_cq* cq, ibv_qp_type type, ibv_srq* srq = n
 // Moves a and b to RTS, each connected to the other.
 void connect_rc_pair(const TestDevice& dev, verbs::QueuePair& a, verbs::QueuePair& b,
                      const RcOptions& a_opts = {}, const RcOptions& b_opts = {});
-// Moves a UD QP to RTS.
+// Moves a UD QP to RTS; both QPs of a UD pair.
 void activate_ud(verbs::QueuePair& qp, const TestDevice& dev);
+void activate_ud(QpPair& pair, const TestDevice& dev);
 
 // Polls until `n` completions arrived or the timeout passed; returns what arrived.
 std::vector<ibv_wc> poll_n(ibv_cq* cq, std::size_t n,
