@@ -5,7 +5,8 @@
  *
  * Files: mtl_rdmx_component.c (MCA parameters, init: config, worker, modex), mtl_rdmx_module.c
  * (procs and endpoints, communicators, progress and completion, finalize), mtl_rdmx_send.c,
- * mtl_rdmx_recv.c (receives, probes, cancel), mtl_rdmx_tag.h (the tag layout).
+ * mtl_rdmx_recv.c (receives, probes, cancel), mtl_rdmx_failure.c (dead processes: the
+ * MPI_ANY_SOURCE rule), mtl_rdmx_tag.h (the tag layout).
  */
 #ifndef MTL_RDMX_H
 #define MTL_RDMX_H
