@@ -64,7 +64,7 @@ inline constexpr std::uint8_t kPoolCtrl = 2;
 inline constexpr int kNumPools = 3;
 
 // Queue sizes (see README "Defaults").
-inline constexpr std::uint32_t kRcSendDepth = 32;   // WRs per RC QP for messages
+inline constexpr std::uint32_t kRcSendDepth = 128;  // WRs per RC QP for messages
 inline constexpr std::uint32_t kRcSendReserve = 2;  // + WRs for flushes and kicks
 // RC credit window per peer: half the SRQ depth (less a refill batch) shared among the peers
 // that may send to us (Worker::rc_credit_window), within bounds.
@@ -74,7 +74,7 @@ inline constexpr std::uint32_t kUdSendDepth = 1024;   // WRs per UD data QP (sha
 inline constexpr std::uint32_t kCtrlSendDepth = 256;  // WRs of the control QP
 inline constexpr std::uint32_t kCtrlDepth = 64;       // control receive buffers
 inline constexpr std::uint32_t kCtrlCapacity = 256;   // control message payload bytes
-inline constexpr std::uint32_t kSignalEvery = 16;     // selective signalling period
+inline constexpr std::uint32_t kSignalEvery = 32;     // selective signalling period
 inline constexpr std::uint32_t kSendDescs = 4096;     // send WRs in flight per thread
 inline constexpr std::uint32_t kSendSmallBuffers = 1024;
 inline constexpr std::uint32_t kSendLargeBuffers = 256;
