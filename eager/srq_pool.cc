@@ -95,12 +95,8 @@ SrqPool::~SrqPool() {
 }
 
 int SrqPool::refill(bool force) noexcept {
-  const std::uint32_t room = params_.depth - posted_now_;
-  const std::uint32_t n = std::min(free_count_, room);
-  if (n == 0) {
-    return 0;
-  }
-  if (!force && n < params_.batch && posted_now_ > params_.watermark) {
+  const std::uint32_t n = postable();
+  if (n == 0 || (!force && !wants_refill())) {
     return 0;
   }
   // Link the top n free buffers into one chain.

@@ -122,7 +122,7 @@ class SrqPool {
   int refill(bool force = false) noexcept;
   // Whether refill() would post anything: inline, because progress asks on every call.
   bool wants_refill() const noexcept {
-    const std::uint32_t n = std::min(free_count_, params_.depth - posted_now_);
+    const std::uint32_t n = postable();
     return n != 0 && (n >= params_.batch || posted_now_ <= params_.watermark);
   }
   // IBV_EVENT_SRQ_LIMIT_REACHED: refill everything free and re-arm the limit.
@@ -144,6 +144,10 @@ class SrqPool {
     void operator()(std::byte* p) const noexcept;
   };
   void arm() noexcept;
+  // Free buffers the SRQ has room for.
+  std::uint32_t postable() const noexcept {
+    return std::min(free_count_, params_.depth - posted_now_);
+  }
 
   Params params_;
   std::size_t stride_ = 0;
