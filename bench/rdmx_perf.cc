@@ -43,6 +43,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 #include "bench/ctrl_channel.h"
 #include "rdmx/rdmx.h"
 
@@ -142,6 +146,17 @@ void check(int rc, const char* what) {
 
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
+}
+
+// Per-iteration timestamps come from the TSC, as perftest's do: in an emulated guest whose
+// clocksource is not the TSC every clock_gettime is a system call (about 1 us), which would
+// weigh on every sample. Ticks are converted with the rate measured over the whole run.
+std::uint64_t ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+#endif
 }
 
 // Waits for requests: with rdmx_request_wait (what an application does), or with the
@@ -775,20 +790,26 @@ class Client {
     const std::uint64_t polls0 = waiter().progress_calls();
     start(Test::kLat, size, total, 0);
     Clock::time_point t0 = Clock::now();
+    std::uint64_t k0 = ticks();
     for (long i = 0; i < total; ++i) {
-      const Clock::time_point ti = Clock::now();
       if (i == warm) {
-        t0 = ti;
+        t0 = Clock::now();
+        k0 = ticks();
       }
+      const std::uint64_t ki = ticks();
       post_recv(worker_, rbuf.data(), size, kTagLat, &r);
       post_send(eps_[0], sbuf.data(), size, kTagLat, 0, &s);
       waiter().wait(&s, "ping send");
       waiter().wait(&r, "pong receive");
       if (o_.full && i >= warm) {
-        samples.push_back(seconds(Clock::now() - ti) * 1e6 / 2);
+        // Signed: a migration between CPUs whose TSCs disagree could go backwards.
+        samples.push_back(static_cast<double>(static_cast<std::int64_t>(ticks() - ki)));
       }
     }
-    const double us = seconds(Clock::now() - t0) * 1e6 / (2.0 * static_cast<double>(iters));
+    const double elapsed_us = seconds(Clock::now() - t0) * 1e6;
+    const double us_per_tick =
+        elapsed_us / static_cast<double>(std::max<std::uint64_t>(1, ticks() - k0));
+    const double us = elapsed_us / (2.0 * static_cast<double>(iters));
     finish(size);
     if (!has_pattern(rbuf, size)) {
       std::printf("# ERROR: the echo of %zu B differs from what was sent\n", size);
@@ -799,8 +820,9 @@ class Client {
       std::sort(samples.begin(), samples.end());
       const double polls =
           static_cast<double>(waiter().progress_calls() - polls0) / static_cast<double>(total);
-      std::printf("%16.2f%16.2f%14.1f", samples[samples.size() / 2],
-                  samples[std::min(samples.size() - 1, samples.size() * 99 / 100)], polls);
+      const auto half_rtt = [&](std::size_t k) { return samples[k] * us_per_tick / 2; };
+      std::printf("%16.2f%16.2f%14.1f", half_rtt(samples.size() / 2),
+                  half_rtt(std::min(samples.size() - 1, samples.size() * 99 / 100)), polls);
     }
     std::printf("\n");
   }

@@ -70,9 +70,10 @@ struct Peer {
   // gave the peer.
   protocol::Seq rc_credit_limit = 0;
   protocol::Seq rc_granted = 0;
-  bool rc_grant_due = false;  // a grant (kAck) goes out from flush_peer, after the refill
-  bool rc_ready = false;      // our side can receive: RC QPs in RTR/RTS (UD: address known)
-  bool peer_ready = false;    // the peer said so too (its REPLY): data may flow
+  bool rc_grant_due = false;   // a new grant goes out (Worker::maybe_grant)
+  bool rc_grant_held = false;  // ... held back one progress call, for a message to carry it
+  bool rc_ready = false;       // our side can receive: RC QPs in RTR/RTS (UD: address known)
+  bool peer_ready = false;     // the peer said so too (its REPLY): data may flow
   // RC watchdog: send completions seen, and the snapshot the watchdog last compared with. A
   // peer whose sends make no progress for peer_timeout_ms is declared dead even if the device
   // never reports the retry exhaustion (rxe on 6.1 did not, for a killed peer).

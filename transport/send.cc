@@ -107,12 +107,15 @@ protocol::Seq Worker::grant_credits(Peer& peer) noexcept {
 }
 
 void Worker::maybe_grant(Peer& peer) {
-  // Once the peer has used half of its credits, grant more, but only from flush_peer, after
-  // this progress call has refilled the SRQs: a grant sent before the buffers of the messages
-  // just consumed are reposted could let the peer's next messages meet an empty SRQ.
+  // Once the peer has used half of its credits a grant falls due. It goes out only after this
+  // progress call has refilled the SRQs (a grant sent before the buffers of the messages just
+  // consumed are reposted could let the peer's next messages meet an empty SRQ), and preferably
+  // on our next message to the peer (post_rc): flush_peer holds it back for one progress call
+  // before it sends a stand-alone kAck, so in two-way traffic the reply carries it.
   const auto left = protocol::seq_diff(peer.rc_granted, peer.rx->expected());
   if (left <= static_cast<std::int32_t>(rc_credit_window() / 2) && !peer.rc_grant_due) {
     peer.rc_grant_due = true;
+    peer.rc_grant_held = false;
     list_for_flush(peer);
   }
 }
@@ -187,8 +190,12 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
   }
   eager::SendPool& pool = *threads_[0].send;
   h.seq = peer.rc_guard->next();
-  // Every RC message repeats our current credit grant for the reverse direction (new credits
-  // are granted only after a refill: maybe_grant).
+  // Every RC message repeats our credit grant for the reverse direction, and carries a grant
+  // that fell due once the SRQs are refilled (maybe_grant).
+  if (peer.rc_grant_due && !refill_wanted()) {
+    (void)grant_credits(peer);
+    peer.rc_grant_due = false;
+  }
   h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
   h.ack = peer.rc_granted;
   const std::size_t total = protocol::kHeaderSize + wire;
@@ -575,8 +582,12 @@ void Worker::flush_peer(Peer& peer) {
   if (peer.state != PeerState::kConnected) {
     return;
   }
-  if (peer.rc_grant_due && post_rc_ack(peer)) {
-    peer.rc_grant_due = false;
+  if (peer.rc_grant_due) {
+    if (!peer.rc_grant_held) {
+      peer.rc_grant_held = true;  // the next progress call sends it if nothing carried it
+    } else if (post_rc_ack(peer)) {
+      peer.rc_grant_due = false;
+    }
   }
   std::size_t done = 0;
   for (; done < peer.pending_match_acks.size(); ++done) {

@@ -697,8 +697,8 @@ void Worker::dump() const {
   }
   std::fprintf(stderr, "  timers: ud next %llu (now %llu), %zu listed; flush list %zu\n",
                static_cast<unsigned long long>(next_ud_timer_us_),
-               static_cast<unsigned long long>(CachedClock::read_monotonic_us()), ud_timer_list_.size(),
-               flush_list_.size());
+               static_cast<unsigned long long>(CachedClock::read_monotonic_us()),
+               ud_timer_list_.size(), flush_list_.size());
   for (const auto& p : peers_) {
     std::fprintf(stderr,
                  "  peer %u uid %016llx %s remote index %u: pending %u acks %zu rx expected %u "

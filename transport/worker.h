@@ -222,6 +222,15 @@ class Worker {
   std::uint32_t rc_credit_window() const noexcept;
   protocol::Seq grant_credits(Peer& peer) noexcept;
   void maybe_grant(Peer& peer);
+  // Some SRQ waits for its refill: a credit grant must wait for it too (maybe_grant).
+  bool refill_wanted() const noexcept {
+    for (const auto& pool : pools_) {
+      if (pool->wants_refill()) {
+        return true;
+      }
+    }
+    return false;
+  }
   bool post_rc_ack(Peer& peer);
   bool header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
                       eager::SendQueue::Post* post, ibv_sge* sge, ibv_send_wr* wr) const;
