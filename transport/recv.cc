@@ -188,29 +188,39 @@ int Worker::progress() {
 }
 
 int Worker::wait(Request* r, rdmx_status_t* status, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Every clock read is the cached one (clock.h): in an emulated guest a clock_gettime per wait
+  // was a system call per message.
+  const std::uint64_t deadline = timeout_ms >= 0
+                                     ? now_us() + static_cast<std::uint64_t>(timeout_ms) * 1000u
+                                     : protocol::kNoDeadline;
+  std::uint64_t idle_since = 0;
   std::uint32_t spins = 0;
-  std::uint32_t idle = 0;
   while (r->state != ReqState::kDone) {
     const int rc = progress();
     if (rc < 0) {
       return rc;
     }
     // Oversubscribed (more busy processes than CPUs: an emulated guest, an incast test): a
-    // waiter that keeps finding nothing to do yields, then naps, so the process it waits for
-    // (or the kernel's RDMA work) gets the CPU. Any event resets it to spinning.
+    // waiter that has found nothing to do for a while yields, then naps, so the process it
+    // waits for (or the kernel's RDMA work) gets the CPU. Any event resets it to spinning. The
+    // thresholds are times, not poll counts, so that a round trip (microseconds on hardware,
+    // tens of microseconds in the guest) never meets a system call.
     if (rc != 0) {
-      idle = 0;
-    } else if (++idle >= kYieldAfterIdle) [[unlikely]] {
-      if (idle >= kNapAfterIdle) {
-        const timespec nap{.tv_sec = 0, .tv_nsec = kNapNs};
-        nanosleep(&nap, nullptr);
-      } else if (idle % kYieldAfterIdle == 0) {
-        sched_yield();
+      idle_since = 0;
+    } else {
+      const std::uint64_t now = now_us();
+      if (idle_since == 0) {
+        idle_since = now;
+      } else if (now - idle_since >= kYieldAfterIdleUs) [[unlikely]] {
+        if (now - idle_since >= kNapAfterIdleUs) {
+          const timespec nap{.tv_sec = 0, .tv_nsec = kNapNs};
+          nanosleep(&nap, nullptr);
+        } else {
+          sched_yield();
+        }
       }
     }
-    if (timeout_ms >= 0 && (++spins & 255) == 0 && r->state != ReqState::kDone &&
-        std::chrono::steady_clock::now() >= deadline) {
+    if ((++spins & 255) == 0 && r->state != ReqState::kDone && now_us() >= deadline) {
       return RDMX_ERR_TIMED_OUT;
     }
   }
