@@ -1,5 +1,6 @@
 #include "protocol/reliability.h"
 
+#include <algorithm>
 #include <bit>
 #include <stdexcept>
 
@@ -10,7 +11,7 @@ const SendWindowConfig& checked(const SendWindowConfig& config) {
   if (config.window == 0 || config.window > kMaxSeqWindow) {
     throw std::invalid_argument("SendWindow window must be in [1, 32768]");
   }
-  if (config.rto_initial_us == 0 || config.rto_max_us < config.rto_initial_us ||
+  if (config.rto_min_us == 0 || config.rto_max_us < config.rto_min_us ||
       config.peer_timeout_us == 0) {
     throw std::invalid_argument("SendWindow timeouts must be non-zero and rto_max >= rto_initial");
   }
@@ -29,15 +30,19 @@ const AckPolicyConfig& checked(const AckPolicyConfig& config) {
 SendWindow::SendWindow(const SendWindowConfig& config, Seq first)
     : config_(checked(config)),
       ring_(std::bit_ceil(config.window)),
+      sent_us_(ring_.size()),
       mask_(ring_.size() - 1),
       next_(first),
-      rto_us_(config.rto_initial_us) {}
+      karn_from_(first),
+      rto_base_us_(config.rto_min_us),
+      rto_us_(config.rto_min_us) {}
 
 bool SendWindow::on_send(Seq seq, std::uint32_t slot, std::uint64_t now_us) noexcept {
   if (seq != next_ || !can_send()) {
     return false;
   }
   ring_[index(seq)] = slot;
+  sent_us_[index(seq)] = now_us;
   next_ = seq_add(next_, 1);
   if (in_flight_++ == 0) {
     // The timer and the dead-peer clock run only while something is unacked.
@@ -63,7 +68,7 @@ AckResult SendWindow::classify_ack(Seq ack) const noexcept {
 }
 
 void SendWindow::on_progress(std::uint64_t now_us) noexcept {
-  rto_us_ = config_.rto_initial_us;
+  rto_us_ = rto_base_us_;
   progress_us_ = now_us;
   deadline_us_ = now_us + rto_us_;
 }
@@ -71,6 +76,21 @@ void SendWindow::on_progress(std::uint64_t now_us) noexcept {
 void SendWindow::on_timeout(std::uint64_t now_us) noexcept {
   rto_us_ = rto_us_ > config_.rto_max_us / 2 ? config_.rto_max_us : rto_us_ * 2;
   deadline_us_ = now_us + rto_us_;
+  karn_from_ = next_;  // everything in flight is resent: its acks are ambiguous
+}
+
+void SendWindow::on_rtt_sample(std::uint64_t rtt_us) noexcept {
+  // RFC 6298 section 2, with its gains (1/8, 1/4) and K = 4, in whole microseconds.
+  if (srtt_us_ == 0) {
+    srtt_us_ = std::max<std::uint64_t>(rtt_us, 1);
+    rttvar_us_ = rtt_us / 2;
+  } else {
+    const std::uint64_t err = srtt_us_ > rtt_us ? srtt_us_ - rtt_us : rtt_us - srtt_us_;
+    rttvar_us_ = (3 * rttvar_us_ + err) / 4;
+    srtt_us_ = std::max<std::uint64_t>((7 * srtt_us_ + rtt_us) / 8, 1);
+  }
+  rto_base_us_ = std::clamp(srtt_us_ + std::max<std::uint64_t>(4 * rttvar_us_, 1),
+                            config_.rto_min_us, config_.rto_max_us);
 }
 
 AckPolicy::AckPolicy(const AckPolicyConfig& config) : config_(checked(config)) {}

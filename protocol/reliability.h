@@ -9,9 +9,12 @@
 //   rare, so selective repeat is not worth its state.
 // - No fast retransmit on duplicate acks: a peer has one UD QP per size class and the two
 //   reorder freely, so duplicate acks are normal and would trigger spurious resends.
-// - RTO: 5 ms initial (eRPC's figure; UCX ticks at 10 ms), doubled on every expiry without
-//   progress, capped (1 s), reset to the initial value by any ack that advances. No RTT
-//   estimator: fabric RTTs are microseconds and the RTO only has to beat scheduling noise.
+// - RTO: RFC 6298's estimator (SRTT + 4 RTTVAR from one sample per advancing ack, none from
+//   a Seq that may have been resent: Karn), never below rto_min (5 ms here, eRPC's figure; the
+//   transport passes RDMX_UD_RTO_US), doubled on every expiry without progress, capped (1 s).
+//   Fabric RTTs are microseconds, so on a quiet machine the RTO stays at rto_min; it grows when
+//   acks come late (a loaded host, a receiver busy in long RDMA writes), where a fixed RTO
+//   resent hundreds of messages that were not lost.
 // - Fixed send window (256) instead of UCX's AIMD 2..1025: congestion control can later shrink
 //   the window that can_send() checks without changing the interface.
 // - Peer dead: no ack progress for peer_timeout (30 s, UCX's figure) while messages are unacked.
@@ -35,7 +38,7 @@ inline constexpr std::uint64_t kNoDeadline = std::numeric_limits<std::uint64_t>:
 
 struct SendWindowConfig {
   std::size_t window = 256;                    // max unacked messages, <= the peer's reorder window
-  std::uint64_t rto_initial_us = 5'000;        // first retransmission timeout
+  std::uint64_t rto_min_us = 5'000;            // first and smallest retransmission timeout
   std::uint64_t rto_max_us = 1'000'000;        // backoff cap
   std::uint64_t peer_timeout_us = 30'000'000;  // no progress for this long: peer is dead
 };
@@ -76,11 +79,17 @@ class SendWindow {
     if (result != AckResult::kAdvanced) {
       return result;
     }
+    if (seq_ge(ack, karn_from_)) {
+      on_rtt_sample(now_us - sent_us_[index(ack)]);
+    }
     // classify_ack() proved ack is within the in-flight range, so this stops at ack.
     while (seq_le(oldest_unacked(), ack)) {
       const Seq seq = oldest_unacked();
       --in_flight_;
       freed(seq, ring_[index(seq)]);
+    }
+    if (seq_lt(karn_from_, oldest_unacked())) {
+      karn_from_ = oldest_unacked();  // every resent Seq is acked: keep it near the window
     }
     on_progress(now_us);
     return result;
@@ -112,6 +121,8 @@ class SendWindow {
     return in_flight_ == 0 ? kNoDeadline : deadline_us_;
   }
   std::uint64_t rto_us() const noexcept { return rto_us_; }
+  // The smoothed round trip (0 before the first sample).
+  std::uint64_t srtt_us() const noexcept { return srtt_us_; }
 
   // True once messages have been unacked with no progress for peer_timeout_us.
   bool peer_dead(std::uint64_t now_us) const noexcept {
@@ -136,12 +147,18 @@ class SendWindow {
   AckResult classify_ack(Seq ack) const noexcept;
   void on_progress(std::uint64_t now_us) noexcept;
   void on_timeout(std::uint64_t now_us) noexcept;
+  void on_rtt_sample(std::uint64_t rtt_us) noexcept;
 
   SendWindowConfig config_;
-  std::vector<std::uint32_t> ring_;  // slot of each in-flight Seq, indexed by Seq & mask_
+  std::vector<std::uint32_t> ring_;     // slot of each in-flight Seq, indexed by Seq & mask_
+  std::vector<std::uint64_t> sent_us_;  // when each in-flight Seq was first sent
   std::size_t mask_;
   std::size_t in_flight_ = 0;
   Seq next_;
+  Seq karn_from_;  // Seqs before it may have been resent: their acks are no RTT sample
+  std::uint64_t srtt_us_ = 0;
+  std::uint64_t rttvar_us_ = 0;
+  std::uint64_t rto_base_us_;  // the estimator's RTO, before backoff
   std::uint64_t rto_us_;
   std::uint64_t deadline_us_ = kNoDeadline;
   std::uint64_t progress_us_ = 0;  // last ack progress, or when the window became non-empty

@@ -131,8 +131,8 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
     peer.rx = std::make_unique<protocol::Sequencer>(kUdWindow);
     protocol::SendWindowConfig wc;
     wc.window = kUdWindow;
-    wc.rto_initial_us = std::max<std::uint32_t>(config_.ud_rto_us, 100);
-    wc.rto_max_us = std::max<std::uint64_t>(wc.rto_initial_us, 1'000'000);
+    wc.rto_min_us = std::max<std::uint32_t>(config_.ud_rto_us, 100);
+    wc.rto_max_us = std::max<std::uint64_t>(wc.rto_min_us, 1'000'000);
     wc.peer_timeout_us = std::uint64_t{std::max<std::uint32_t>(config_.peer_timeout_ms, 1)} * 1000;
     peer.ud_tx = std::make_unique<protocol::SendWindow>(wc);
     peer.ud_ack = std::make_unique<protocol::AckPolicy>();

@@ -84,7 +84,7 @@ typedef struct rdmx_config {
                                  eager limit + 1 */
   uint64_t uid;               /* RDMX_UID: this worker's source id; 0 = derived from host/pid */
   double ud_drop_rate;        /* RDMX_UD_DROP_RATE: TEST ONLY, fraction of UD packets dropped */
-  uint32_t ud_rto_us;         /* RDMX_UD_RTO_US: initial UD retransmission timeout */
+  uint32_t ud_rto_us;         /* RDMX_UD_RTO_US: first and smallest UD retransmission timeout */
   uint32_t peer_timeout_ms;   /* RDMX_PEER_TIMEOUT_MS: a silent peer is declared dead after it */
   int verbose;                /* RDMX_VERBOSE: 0 quiet, 1 choices made, 2 debug */
   uint32_t max_rc_peers;      /* RDMX_MAX_RC_PEERS: UD mode, RC connections kept for rendezvous

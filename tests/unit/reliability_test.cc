@@ -15,7 +15,7 @@ using Pairs = std::vector<std::pair<Seq, std::uint32_t>>;
 SendWindowConfig small_config() {
   SendWindowConfig c;
   c.window = 4;
-  c.rto_initial_us = 100;
+  c.rto_min_us = 100;
   c.rto_max_us = 1000;
   c.peer_timeout_us = 10'000;
   return c;
@@ -55,10 +55,10 @@ TEST(SendWindow, RejectsBadConfig) {
   c.window = kMaxSeqWindow + 1;
   EXPECT_THROW(SendWindow{c}, std::invalid_argument);
   c = small_config();
-  c.rto_max_us = c.rto_initial_us - 1;
+  c.rto_max_us = c.rto_min_us - 1;
   EXPECT_THROW(SendWindow{c}, std::invalid_argument);
   c = small_config();
-  c.rto_initial_us = 0;
+  c.rto_min_us = 0;
   EXPECT_THROW(SendWindow{c}, std::invalid_argument);
   EXPECT_NO_THROW(SendWindow{SendWindowConfig{}});
 }
@@ -156,6 +156,59 @@ TEST(SendWindow, BackoffDoublesUpToCapAndResetsOnProgress) {
   ASSERT_EQ(ack(w, 0, now + 1).size(), 1u);
   EXPECT_EQ(w.rto_us(), 100u);
   EXPECT_EQ(w.deadline_us(), now + 1 + 100);
+}
+
+TEST(SendWindow, RtoStaysAtItsFloorWhileAcksAreFast) {
+  SendWindow w(small_config());
+  for (std::uint64_t t = 0; t < 10'000; t += 1000) {
+    send_n(w, 1, t);
+    ASSERT_EQ(ack(w, static_cast<Seq>(w.next_seq() - 1), t + 10).size(), 1u);
+  }
+  EXPECT_EQ(w.srtt_us(), 10u);
+  EXPECT_EQ(w.rto_us(), 100u) << "SRTT + 4 RTTVAR is below rto_min";
+}
+
+TEST(SendWindow, RtoFollowsSlowAcks) {
+  SendWindowConfig c = small_config();
+  c.rto_max_us = 100'000;
+  SendWindow w(c);
+  send_n(w, 1, 0);
+  ASSERT_EQ(ack(w, 0, 5000).size(), 1u);
+  EXPECT_EQ(w.srtt_us(), 5000u);
+  EXPECT_EQ(w.rto_us(), 15'000u) << "first sample: SRTT R, RTTVAR R/2, RTO SRTT + 4 RTTVAR";
+  send_n(w, 1, 6000);
+  EXPECT_EQ(w.deadline_us(), 21'000u);
+  // A steady 5 ms round trip: the variance decays and the RTO closes in on the RTT.
+  for (std::uint64_t t = 6000; t < 200'000; t += 6000) {
+    ASSERT_EQ(ack(w, static_cast<Seq>(w.next_seq() - 1), t + 5000).size(), 1u);
+    send_n(w, 1, t + 6000);
+  }
+  EXPECT_EQ(w.srtt_us(), 5000u);
+  EXPECT_LT(w.rto_us(), 5200u);
+  EXPECT_GE(w.rto_us(), 5001u);
+}
+
+TEST(SendWindow, RtoCappedAtMax) {
+  SendWindow w(small_config());
+  send_n(w, 1, 0);
+  ASSERT_EQ(ack(w, 0, 50'000).size(), 1u);
+  EXPECT_EQ(w.rto_us(), 1000u);
+}
+
+TEST(SendWindow, KarnNoSampleFromResentMessages) {
+  SendWindowConfig c = small_config();
+  c.rto_max_us = 100'000;
+  SendWindow w(c);
+  send_n(w, 2, 0);
+  ASSERT_EQ(retransmit(w, 100).size(), 2u);
+  // Is this ack for the first copy or the resent one? Unknown: no sample.
+  ASSERT_EQ(ack(w, 1, 30'000).size(), 2u);
+  EXPECT_EQ(w.srtt_us(), 0u);
+  EXPECT_EQ(w.rto_us(), 100u) << "progress ends the backoff";
+  // A message first sent after the timeout gives a sample again.
+  send_n(w, 1, 40'000);
+  ASSERT_EQ(ack(w, 2, 40'300).size(), 1u);
+  EXPECT_EQ(w.srtt_us(), 300u);
 }
 
 TEST(SendWindow, TimerStartsWhenWindowBecomesNonEmpty) {

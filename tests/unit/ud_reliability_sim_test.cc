@@ -53,7 +53,7 @@ class Sim {
   static SendWindowConfig config() {
     SendWindowConfig c;
     c.window = 64;
-    c.rto_initial_us = 500;
+    c.rto_min_us = 500;
     c.rto_max_us = 8'000;
     c.peer_timeout_us = 200'000;
     return c;
