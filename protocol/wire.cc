@@ -26,6 +26,8 @@ std::string_view to_string(MsgKind kind) noexcept {
       return "disconnect";
     case MsgKind::kRndvData:
       return "rndv_data";
+    case MsgKind::kBatch:
+      return "batch";
   }
   return "unknown";
 }

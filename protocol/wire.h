@@ -36,8 +36,8 @@ static_assert(std::endian::native == std::endian::little,
               "rdmx wire structs are little-endian and copied as-is: add byte swaps to port");
 
 // Bumped on any incompatible change to a header, a body or the meaning of a field.
-// 2: kRndvData, CtsBody.flags, FinBody.flags (rendezvous).
-inline constexpr std::uint8_t kWireVersion = 2;
+// 2: kRndvData, CtsBody.flags, FinBody.flags (rendezvous). 3: kBatch (coalesced eager sends).
+inline constexpr std::uint8_t kWireVersion = 3;
 
 enum class MsgKind : std::uint8_t {
   kInvalid = 0,     // a zeroed buffer must never validate
@@ -51,8 +51,9 @@ enum class MsgKind : std::uint8_t {
   kConnect = 8,     // connection set-up (UD -> RC wire-up); payload is transport-defined
   kDisconnect = 9,  // the sender is tearing the connection down; nothing follows
   kRndvData = 10,   // rendezvous copy path: bytes of a granted message; body DataBody
+  kBatch = 11,      // several kEager messages in one (batch.h): aux = their count
 };
-inline constexpr std::uint8_t kMsgKindCount = 11;  // one past the last valid kind
+inline constexpr std::uint8_t kMsgKindCount = 12;  // one past the last valid kind
 
 std::string_view to_string(MsgKind kind) noexcept;
 
@@ -201,7 +202,7 @@ constexpr std::size_t body_size(MsgKind kind) noexcept {
 // Kinds that may carry payload bytes; all others must have payload_length == 0.
 constexpr bool carries_payload(MsgKind kind) noexcept {
   return kind == MsgKind::kEager || kind == MsgKind::kEagerSync || kind == MsgKind::kConnect ||
-         kind == MsgKind::kRndvData;
+         kind == MsgKind::kRndvData || kind == MsgKind::kBatch;
 }
 
 // Kinds that consume a per-peer sequence number (and so are ordered and, on UD, retransmitted).

@@ -216,6 +216,7 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
   u32("RDMX_PEER_TIMEOUT_MS", &config->peer_timeout_ms, false);
   integer("RDMX_VERBOSE", &config->verbose, 0, 9);
   u32("RDMX_MAX_RC_PEERS", &config->max_rc_peers, false);
+  u32("RDMX_COALESCE", &config->coalesce, false);
   return rc;
 }
 
@@ -353,6 +354,7 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->peer_timeout_ms = kDefaultPeerTimeoutMs;
   c->verbose = 0;
   c->max_rc_peers = kDefaultMaxRcPeers;
+  c->coalesce = 1;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

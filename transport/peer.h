@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "eager/send_queue.h"
+#include "protocol/batch.h"
 #include "protocol/reliability.h"
 #include "protocol/sequencer.h"
 #include "transport/address.h"
@@ -127,6 +128,11 @@ struct Peer {
   std::vector<std::uint32_t> pending_match_acks;
   bool flush_listed = false;
   std::uint32_t sync_waiting = 0;  // sync sends waiting for this peer's match-ack
+  // Coalescing (send.cc): small standard sends posted back to back wait here, complete for the
+  // caller, and leave as one kBatch message at the next progress call (or when it is full).
+  std::vector<std::byte> batch_buf;  // sized once, on first use
+  protocol::BatchWriter batch{{}};
+  std::uint32_t send_epoch = ~0u;  // Worker::progress_calls_ at our last send to the peer
 
   // Connection set-up over the control QP.
   std::uint64_t conn_start_us = 0;

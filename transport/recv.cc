@@ -142,6 +142,7 @@ int Worker::poll_cqs() {
 }
 
 int Worker::progress() {
+  ++progress_calls_;  // a new epoch for coalescing (send.cc)
   int events = poll_cqs();
   bool low = false;
   for (auto& pool : pools_) {
@@ -152,7 +153,7 @@ int Worker::progress() {
   }
   // Async events cost a read(2); look every 256 calls, or at once when a pool is low (its limit
   // event has probably fired and must be acknowledged and re-armed).
-  if ((++progress_calls_ & 255) == 0 || low) [[unlikely]] {
+  if ((progress_calls_ & 255) == 0 || low) [[unlikely]] {
     handle_async_events();
     const std::uint64_t now = now_us();
     if (now >= next_watchdog_us_) {
@@ -525,6 +526,10 @@ void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h, co
       on_rndv_message(peer, h, body, payload);
       release();
       return;
+    case protocol::MsgKind::kBatch:
+      deliver_batch(peer, h, payload);
+      release();
+      return;
     case protocol::MsgKind::kMatchAck: {
       const std::uint32_t thread = h.aux >> 24;
       const std::uint32_t slot = h.aux & 0xffff;
@@ -550,6 +555,33 @@ void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h, co
     default:
       release();
       return;
+  }
+}
+
+// A kBatch: its records, in order, as if each had come alone. An unexpected one is copied out
+// (the buffer holds the others, which match now or later).
+void Worker::deliver_batch(Peer& peer, const protocol::MsgHeader& h, const std::byte* payload) {
+  protocol::BatchReader reader(std::span(payload, h.payload_length), h.aux);
+  protocol::BatchReader::Message m{};
+  while (reader.next(&m)) {
+    if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, m.tag)) {
+      finish_recv(owner_of(pr), peer, m.tag, protocol::MsgKind::kEager, 0, m.data, m.length);
+      continue;
+    }
+    protocol::MsgHeader one = protocol::make_header(protocol::MsgKind::kEager);
+    one.seq = h.seq;
+    one.tag = m.tag;
+    one.payload_length = m.length;
+    MsgDesc* d = keep_message(peer, one, m.data, kHeapPool, 0);
+    matcher_.add_unexpected(*d);
+    ++stat_unexpected_;
+  }
+  if (reader.malformed()) [[unlikely]] {
+    ++stat_dropped_malformed_;
+    std::fprintf(stderr,
+                 "rdmx: a batch from %016llx ends in a malformed record: the rest of it "
+                 "is lost\n",
+                 static_cast<unsigned long long>(peer.uid));
   }
 }
 
@@ -590,7 +622,8 @@ MsgDesc* Worker::keep_message(Peer& peer, const protocol::MsgHeader& h, const st
   if (body_bytes != 0) {
     std::memcpy(d->body.data(), payload - body_bytes, body_bytes);
   }
-  if (pools_[pool]->can_hold()) {
+  // kHeapPool: bytes in no receive buffer of their own (a batch record), always copied.
+  if (pool != kHeapPool && pools_[pool]->can_hold()) {
     // Zero copy: the bytes stay in the receive buffer, a spare buffer is posted in its place.
     d->pool = pool;
     d->buf = buf;
@@ -609,7 +642,9 @@ MsgDesc* Worker::keep_message(Peer& peer, const protocol::MsgHeader& h, const st
   heap_bytes_ += h.payload_length;
   d->data = d->heap;
   d->pool = kHeapPool;
-  pools_[pool]->release(buf);
+  if (pool != kHeapPool) {
+    pools_[pool]->release(buf);
+  }
   return d;
 }
 

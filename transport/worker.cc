@@ -386,7 +386,7 @@ void Worker::teardown() noexcept {
           continue;
         }
         busy |= p->ud_tx && p->ud_tx->in_flight() > 0;
-        busy |= !p->pending_match_acks.empty();
+        busy |= !p->pending_match_acks.empty() || p->batch.count() != 0;
         for (int c = 0; c < kNumClasses; ++c) {
           if (p->rc_qp[c] && p->rc_sq[c].outstanding() > 0) {
             busy = true;
@@ -657,6 +657,8 @@ void Worker::stats(rdmx_stats_t* out) const {
   }
   s.rc_connects = stat_rc_connects_;
   s.rc_retired = stat_rc_retired_;
+  s.coalesced_msgs = stat_coalesced_msgs_;
+  s.coalesced_batches = stat_coalesced_batches_;
   *out = s;
 }
 

@@ -247,6 +247,9 @@ class Worker {
                      bool want_signal);
   bool resend_ud(Peer& peer, std::uint32_t slot);
   bool start_send(Peer& peer, Request* request);  // true: posted (or failed), false: must queue
+  // true: packed into the peer's batch and complete. queued: from the peer's pending FIFO.
+  bool coalesce(Peer& peer, Request* request, bool queued);
+  bool flush_batch(Peer& peer);  // false: no resource now, the batch stays
   void queue_send(Peer& peer, Request* request);
   void flush_peer(Peer& peer);
   void flush_listed_peers();
@@ -277,6 +280,7 @@ class Worker {
                const std::byte* payload, std::uint8_t pool, std::uint32_t buf);
   MsgDesc* keep_message(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload,
                         std::uint8_t pool, std::uint32_t buf);
+  void deliver_batch(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload);
   void on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now);
   void release_message(MsgDesc* desc);
   MsgDesc* alloc_desc();
@@ -406,6 +410,8 @@ class Worker {
   std::uint64_t recv_completed_ = 0;
   std::uint64_t stat_rc_connects_ = 0;
   std::uint64_t stat_rc_retired_ = 0;
+  std::uint64_t stat_coalesced_msgs_ = 0;
+  std::uint64_t stat_coalesced_batches_ = 0;
 };
 
 }  // namespace rdmx::transport

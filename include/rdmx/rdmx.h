@@ -89,6 +89,9 @@ typedef struct rdmx_config {
   int verbose;                /* RDMX_VERBOSE: 0 quiet, 1 choices made, 2 debug */
   uint32_t max_rc_peers;      /* RDMX_MAX_RC_PEERS: UD mode, RC connections kept for rendezvous
                                  writes; the least recently used idle one is retired */
+  uint32_t coalesce;          /* RDMX_COALESCE: 1 (default) packs small standard sends posted
+                                 back to back to one peer, with no progress call between them,
+                                 into one packet; 0 sends each alone */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);
@@ -208,6 +211,9 @@ typedef struct rdmx_stats {
   uint64_t rc_connections;       /* UD mode: on-demand RC connections open now */
   uint64_t rc_connects;          /* UD mode: on-demand RC connections made */
   uint64_t rc_retired;           /* UD mode: idle RC connections retired to respect the cap */
+  /* Coalescing (rdmx_config_t.coalesce). */
+  uint64_t coalesced_msgs;       /* standard sends that left packed with others */
+  uint64_t coalesced_batches;    /* packets that carried them */
 } rdmx_stats_t;
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);

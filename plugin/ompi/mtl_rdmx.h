@@ -106,6 +106,7 @@ typedef struct mca_mtl_rdmx_params {
   size_t eager_limit;
   size_t rndv_thresh;
   unsigned int peer_timeout_ms;
+  unsigned int coalesce;
   int print_stats; /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
 } mca_mtl_rdmx_params_t;
 

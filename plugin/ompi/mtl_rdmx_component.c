@@ -73,6 +73,7 @@ enum {
   P_EAGER_LIMIT,
   P_RNDV_THRESH,
   P_PEER_TIMEOUT,
+  P_COALESCE,
   P_COUNT
 };
 
@@ -146,6 +147,12 @@ static const param_t params[P_COUNT] = {
                         "(RDMX_PEER_TIMEOUT_MS)",
                         MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
                         &ompi_mtl_rdmx_params.peer_timeout_ms},
+    [P_COALESCE] = {"coalesce", "RDMX_COALESCE",
+                    "1: small standard sends posted back to back to one peer (no progress call "
+                    "between them) leave packed in one packet, at the next progress call or "
+                    "when it is full; 0: each leaves alone (RDMX_COALESCE)",
+                    MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+                    &ompi_mtl_rdmx_params.coalesce},
 };
 static int param_index[P_COUNT];
 
@@ -184,6 +191,7 @@ static int component_register(void) {
   p->eager_limit = d.eager_limit;
   p->rndv_thresh = d.rndv_thresh;
   p->peer_timeout_ms = d.peer_timeout_ms;
+  p->coalesce = d.coalesce;
 
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "priority",
@@ -302,6 +310,7 @@ static void apply_mca(rdmx_config_t* c) {
   if (mca_explicit(P_EAGER_LIMIT, NULL)) c->eager_limit = p->eager_limit;
   if (mca_explicit(P_RNDV_THRESH, NULL)) c->rndv_thresh = p->rndv_thresh;
   if (mca_explicit(P_PEER_TIMEOUT, NULL)) c->peer_timeout_ms = p->peer_timeout_ms;
+  if (mca_explicit(P_COALESCE, NULL)) c->coalesce = p->coalesce;
   if (mca_explicit(P_VERBOSE, NULL)) c->verbose = p->verbose;
 }
 
