@@ -530,7 +530,7 @@ bool Worker::coalesce(Peer& peer, Request* r, bool queued) {
   // Standard sends only (a sync send waits for its match-ack; a rendezvous one for the
   // receiver); at least two per batch; and only inside a burst, or from the queue of sends that
   // waited for resources anyway (as openib did).
-  const std::size_t capacity = peer.address.class_capacity[0];
+  const std::size_t capacity = peer.batch_capacity;
   if (r->send_flags != 0 || config_.coalesce == 0 ||
       protocol::batch_record_size(r->status.length) > capacity / 2 ||
       (!queued && peer.batch.count() == 0 && peer.send_epoch != progress_calls_)) {
@@ -782,7 +782,8 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
 
 int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                      unsigned flags, Request* r, rdmx_callback_t callback, void* user_data) {
-  if (r == nullptr || (buffer == nullptr && length != 0) || (flags & ~RDMX_SEND_SYNC) != 0) {
+  if (r == nullptr || (buffer == nullptr && length != 0) ||
+      (flags & ~unsigned{RDMX_SEND_SYNC | RDMX_SEND_FLUSH}) != 0) {
     return RDMX_ERR_INVALID_PARAM;
   }
   if (peer.state == PeerState::kFailed) {

@@ -125,7 +125,11 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   peer.address = a;
   peer.have_address = true;
   peer.remote_instance = a.instance;
-  peer.path_mtu = mtu_enum(std::min(a.mtu, 128u << static_cast<unsigned>(port_attr_.active_mtu)));
+  const std::uint32_t mtu = std::min(a.mtu, 128u << static_cast<unsigned>(port_attr_.active_mtu));
+  peer.path_mtu = mtu_enum(mtu);
+  // A batch fills one packet at most: past the MTU rxe's cost is per packet again.
+  peer.batch_capacity = std::min<std::uint32_t>(
+      a.class_capacity[0], mtu - static_cast<std::uint32_t>(protocol::kHeaderSize));
   peer.pending_match_acks.reserve(64);
   if (ud_mode_) {
     peer.rx = std::make_unique<protocol::Sequencer>(kUdWindow);

@@ -137,7 +137,10 @@ int rdmx_ep_create(rdmx_worker_t* worker, const void* address, size_t length, rd
 void rdmx_ep_destroy(rdmx_ep_t* ep);
 
 enum rdmx_send_flags {
-  RDMX_SEND_SYNC = 1u << 0 /* complete only once the receiver has matched it (MPI_Ssend) */
+  RDMX_SEND_SYNC = 1u << 0, /* complete only once the receiver has matched it (MPI_Ssend) */
+  RDMX_SEND_FLUSH = 1u << 1 /* never coalesced: this send, and what was packed for the peer
+                               before it, leave now (a blocking send that must not leave bytes
+                               behind when it returns) */
 };
 
 /* Peer failure. A peer is found dead when a send to it fails or makes no progress, when it

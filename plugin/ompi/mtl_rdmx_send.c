@@ -18,7 +18,11 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
                       mca_mtl_rdmx_request_t* req) {
   struct ompi_proc_t* proc = ompi_comm_peer_lookup(comm, dest);
   const uint64_t rtag = mtl_rdmx_send_tag(comm->c_contextid, comm->c_my_rank, tag);
-  const unsigned flags = (MCA_PML_BASE_SEND_SYNCHRONOUS == mode) ? RDMX_SEND_SYNC : 0u;
+  /* MPI_Send returns with its bytes on the wire (and those of earlier MPI_Isends to the peer):
+   * a process that computes after it must not hold back what its peer waits for. Bursts of
+   * MPI_Isend are coalesced (rdmx_config_t.coalesce) and leave at the next MPI call. */
+  const unsigned flags = ((MCA_PML_BASE_SEND_SYNCHRONOUS == mode) ? RDMX_SEND_SYNC : 0u) |
+                         (MCA_MTL_RDMX_REQ_BLOCKING_SEND == req->kind ? RDMX_SEND_FLUSH : 0u);
   void* start = NULL;
   size_t length = 0;
   bool free_after = false;

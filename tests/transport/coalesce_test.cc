@@ -2,11 +2,12 @@
 // leaves in kBatch packets. Over RC and UD, two ranks: every message arrives once, in send
 // order, with its bytes, whether its receive was posted before or after it arrived; sends that
 // cannot be packed (large, synchronous, rendezvous) keep their place in the order; the
-// counters prove packing happened, and coalesce = 0 turns it off.
+// counters prove packing happened, and that coalesce = 0 and RDMX_SEND_FLUSH prevent it.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -45,14 +46,14 @@ std::vector<std::uint8_t> contents(int i, std::size_t len) {
 }
 
 // Posts the burst back to back (no progress call between sends), then waits for all of it.
-void send_burst(Rank& rank, rdmx_worker_t* worker, rdmx_ep_t* ep, bool rc, bool with_sync) {
+void send_burst(Rank& rank, rdmx_worker_t* worker, rdmx_ep_t* ep, bool rc,
+                const std::function<unsigned(int)>& flags_of) {
   std::vector<std::vector<std::uint8_t>> bufs(kBurst);
   std::vector<rdmx_request_t> reqs(kBurst);
   for (int i = 0; i < kBurst; ++i) {
     auto& b = bufs[static_cast<std::size_t>(i)];
     b = contents(i, size_of(i, rc));
-    const unsigned flags = with_sync && i % 25 == 3 ? RDMX_SEND_SYNC : 0;
-    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, b.data(), b.size(), kTag, flags,
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, b.data(), b.size(), kTag, flags_of(i),
                                       &reqs[static_cast<std::size_t>(i)], nullptr, nullptr));
   }
   for (auto& r : reqs) {
@@ -80,11 +81,13 @@ TEST_P(Coalesce, BurstsArriveOnceInOrderWithTheirBytes) {
     rdmx_ep_t* ep = s.eps[static_cast<std::size_t>(peer)];
     if (rank.rank() == 1) {
       // 1: receives posted after the messages came (unexpected); no sync sends, since their
-      // receives come late. 2: receives posted first, sync sends among the rest.
-      send_burst(rank, s.worker, ep, rc, false);
+      // receives come late. 2: receives posted first, sync sends among the rest. 3: as 2,
+      // every send with RDMX_SEND_FLUSH.
+      send_burst(rank, s.worker, ep, rc, [](int) { return 0u; });
       rank.barrier();
       rank.barrier();
-      send_burst(rank, s.worker, ep, rc, true);
+      send_burst(rank, s.worker, ep, rc,
+                 [](int i) { return i % 25 == 3 ? unsigned{RDMX_SEND_SYNC} : 0u; });
       rdmx_stats_t st{};
       RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
       if (p.coalesce) {
@@ -96,6 +99,12 @@ TEST_P(Coalesce, BurstsArriveOnceInOrderWithTheirBytes) {
         RDMX_CHECK_EQ(rank, st.coalesced_msgs, 0u);
         RDMX_CHECK_EQ(rank, st.coalesced_batches, 0u);
       }
+      rank.barrier();
+      rank.barrier();
+      send_burst(rank, s.worker, ep, rc, [](int) { return unsigned{RDMX_SEND_FLUSH}; });
+      rdmx_stats_t after{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &after));
+      RDMX_CHECK_EQ(rank, after.coalesced_msgs, st.coalesced_msgs);
     } else {
       std::vector<std::uint8_t> buf(32768);
       // Let the first burst arrive before any receive is posted.
@@ -111,20 +120,22 @@ TEST_P(Coalesce, BurstsArriveOnceInOrderWithTheirBytes) {
         RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, &st, "late receive"));
         check(rank, buf, st, i, rc);
       }
-      rank.barrier();
-      std::vector<std::vector<std::uint8_t>> bufs(kBurst, std::vector<std::uint8_t>(32768));
-      std::vector<rdmx_request_t> reqs(kBurst);
-      for (int i = 0; i < kBurst; ++i) {
-        RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, bufs[static_cast<std::size_t>(i)].data(), 32768,
-                                          RDMX_ANY_SOURCE, 0, 0, &reqs[static_cast<std::size_t>(i)],
-                                          nullptr, nullptr));
-      }
-      rank.barrier();
-      for (int i = 0; i < kBurst; ++i) {
-        rdmx_status_t st{};
-        RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &reqs[static_cast<std::size_t>(i)], &st,
-                                         "early receive"));
-        check(rank, bufs[static_cast<std::size_t>(i)], st, i, rc);
+      for (int burst = 2; burst <= 3; ++burst) {
+        rank.barrier();
+        std::vector<std::vector<std::uint8_t>> bufs(kBurst, std::vector<std::uint8_t>(32768));
+        std::vector<rdmx_request_t> reqs(kBurst);
+        for (int i = 0; i < kBurst; ++i) {
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, bufs[static_cast<std::size_t>(i)].data(),
+                                            32768, RDMX_ANY_SOURCE, 0, 0,
+                                            &reqs[static_cast<std::size_t>(i)], nullptr, nullptr));
+        }
+        rank.barrier();
+        for (int i = 0; i < kBurst; ++i) {
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &reqs[static_cast<std::size_t>(i)], &st,
+                                           "early receive"));
+          check(rank, bufs[static_cast<std::size_t>(i)], st, i, rc);
+        }
       }
     }
     quiesce(rank, s);
