@@ -736,11 +736,13 @@ class Client {
     check(rdmx_worker_stats(worker_, &after), "rdmx_worker_stats");
     std::printf("# client stats during %s: unexpected %" PRIu64 ", rnr_naks %" PRIu64
                 ", ud_retransmits %" PRIu64 ", ud_duplicates %" PRIu64 ", srq_refills %" PRIu64
-                ", srq_limit_events %" PRIu64 "\n",
+                ", srq_limit_events %" PRIu64 ", coalesced %" PRIu64 " in %" PRIu64 " packets\n",
                 test_name(t), after.unexpected - before.unexpected,
                 after.rnr_naks - before.rnr_naks, after.ud_retransmits - before.ud_retransmits,
                 after.ud_duplicates - before.ud_duplicates, after.srq_refills - before.srq_refills,
-                after.srq_limit_events - before.srq_limit_events);
+                after.srq_limit_events - before.srq_limit_events,
+                after.coalesced_msgs - before.coalesced_msgs,
+                after.coalesced_batches - before.coalesced_batches);
     if (after.rndv_sends != before.rndv_sends) {
       const std::uint64_t hits = after.rndv_reg_hits - before.rndv_reg_hits;
       const std::uint64_t lookups = hits + after.rndv_reg_misses - before.rndv_reg_misses;

@@ -10,12 +10,13 @@
 //
 // Coalescing: the first send to a peer after a progress call goes at once (a ping-pong never
 // waits). A small standard send that follows it before the next progress call (the application
-// is posting a burst: a window of MPI_Isends, a loop of MPI_Sends) is copied into the peer's
-// batch and completes; the batch leaves as one kBatch message at the next progress call, or
-// when it is full, or before any other message to that peer, so order holds. Per packet rxe
-// spends tens of microseconds on each side; per record a memcpy. A burst thus leaves with the
-// same weak progress a rendezvous send already has: what a process posts goes out by its next
-// call into rdmx (rdmx_config_t.coalesce = 0 turns it off).
+// is posting a burst, e.g. a window of MPI_Isends), or that waited in the peer's FIFO, is
+// copied into the peer's batch and completes; the batch leaves as one kBatch message at the
+// next progress call, or when it is full, or before any other message to that peer, so order
+// holds. Per packet rxe spends tens of microseconds on each side; per record a memcpy. A burst
+// thus leaves with the weak progress a rendezvous send already has: by the process's next call
+// into rdmx. RDMX_SEND_FLUSH (a blocking send) is never held; rdmx_config_t.coalesce = 0 turns
+// coalescing off.
 #include <time.h>
 
 #include <algorithm>

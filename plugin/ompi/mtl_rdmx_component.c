@@ -215,7 +215,7 @@ static int component_register(void) {
       &mca_mtl_rdmx_component.mtl_version, "print_stats",
       "At MPI_Finalize, before the endpoints go, print one line per process on stderr with rdmx's "
       "counters: 'mtl rdmx stats: rank R transport rc|ud recv_mem_bytes N num_qps N srq_posted N "
-      "unexpected N ud_retransmits N' (also RDMX_STATS=1)",
+      "unexpected N ud_retransmits N coalesced_msgs N coalesced_batches N' (also RDMX_STATS=1)",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
   return OMPI_SUCCESS;
