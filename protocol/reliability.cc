@@ -13,7 +13,7 @@ const SendWindowConfig& checked(const SendWindowConfig& config) {
   }
   if (config.rto_min_us == 0 || config.rto_max_us < config.rto_min_us ||
       config.peer_timeout_us == 0) {
-    throw std::invalid_argument("SendWindow timeouts must be non-zero and rto_max >= rto_initial");
+    throw std::invalid_argument("SendWindow timeouts must be non-zero and rto_max >= rto_min");
   }
   return config;
 }
