@@ -131,7 +131,7 @@ struct Peer {
   // Coalescing (send.cc): small standard sends posted back to back wait here, complete for the
   // caller, and leave as one kBatch message at the next progress call (or when it is full).
   std::vector<std::byte> batch_buf;  // sized once, on first use
-  std::uint32_t batch_capacity = 0;  // payload bytes: the peer's small class, within one MTU
+  std::uint32_t batch_capacity = 0;  // payload bytes: one path MTU, within the peer's classes
   protocol::BatchWriter batch{{}};
   std::uint32_t send_epoch = ~0u;  // Worker::progress_calls_ at our last send to the peer
 

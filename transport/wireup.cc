@@ -127,9 +127,10 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   peer.remote_instance = a.instance;
   const std::uint32_t mtu = std::min(a.mtu, 128u << static_cast<unsigned>(port_attr_.active_mtu));
   peer.path_mtu = mtu_enum(mtu);
-  // A batch fills one packet at most: past the MTU rxe's cost is per packet again.
+  // A batch fills one packet at most (past the MTU rxe's cost is per packet again), in
+  // whichever of the peer's classes takes it: on UD the large class is exactly one packet.
   peer.batch_capacity = std::min<std::uint32_t>(
-      a.class_capacity[0], mtu - static_cast<std::uint32_t>(protocol::kHeaderSize));
+      a.class_capacity[1], mtu - static_cast<std::uint32_t>(protocol::kHeaderSize));
   peer.pending_match_acks.reserve(64);
   if (ud_mode_) {
     peer.rx = std::make_unique<protocol::Sequencer>(kUdWindow);
