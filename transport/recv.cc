@@ -6,7 +6,8 @@
 //   -> UD: piggy-backed ack, test drop, duplicate suppression by the Sequencer
 //   -> in order? deliver now : hold (its buffer, or a heap copy) until the gap fills
 //   -> deliver: match against posted receives (copy into the user's buffer, truncating at its
-//      length) or queue as unexpected.
+//      length) or queue as unexpected. A kBatch (coalesced sends) is delivered record by record
+//      the same way; its unexpected records are copied out, the buffer holds the others.
 //
 // Unexpected messages keep their SRQ buffer (no copy) while the pool has spare buffers to post
 // in its place (SrqPool::can_hold); after that they are copied to the heap and the buffer is
