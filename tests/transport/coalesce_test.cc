@@ -8,7 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "rdmx/rdmx.h"
