@@ -1,0 +1,35 @@
+#!/bin/sh
+# install_test.sh BUILD_DIR SOURCE_DIR LIBDIR [plugin]
+# `cmake --install` into a fresh prefix, then use only what landed there, as a user would:
+#   1. build consumer.c with cc against <prefix>/include and -lrdmx from <prefix>/LIBDIR
+#      (C11, warnings are errors) and run it: every public function links, and the ones that
+#      need no device behave (rdmx_worker_create on a missing device: RDMX_ERR_NO_DEVICE);
+#   2. with `plugin` (the build has one): ompi_info finds the installed plugin in
+#      <prefix>/lib/rdmx/openmpi, whose RPATH must lead to the installed librdmx.so.
+set -eu
+build=$1 src=$2 libdir=$3 plugin=${4:-}
+prefix=$(mktemp -d /tmp/rdmx-install.XXXXXX)
+trap 'rm -rf "$prefix"' EXIT
+fail() { echo "install_test: FAILED: $*" >&2; exit 1; }
+
+cmake --install "$build" --prefix "$prefix" >"$prefix/install.log" 2>&1 ||
+  { cat "$prefix/install.log" >&2; fail "cmake --install $build --prefix $prefix"; }
+[ -f "$prefix/include/rdmx/rdmx.h" ] || fail "no include/rdmx/rdmx.h under the prefix"
+[ -e "$prefix/$libdir/librdmx.so" ] || fail "no $libdir/librdmx.so under the prefix"
+
+cc -std=c11 -Wall -Wextra -Werror -o "$prefix/consumer" "$src/consumer.c" \
+  -I"$prefix/include" -L"$prefix/$libdir" -lrdmx -Wl,-rpath,"$prefix/$libdir" ||
+  fail "consumer.c does not build against the installed header and librdmx.so"
+RDMX_DEVICE=rdmx_no_such_device "$prefix/consumer" || fail "consumer"
+
+if [ "$plugin" = plugin ]; then
+  # Open MPI's own folder stays on the path, or ompi_info loses its other components.
+  ompi_dir=$(ompi_info --parsable --path pkglibdir | sed -n 's/^path:pkglibdir://p')
+  plugin_dir=$prefix/lib/rdmx/openmpi
+  [ -f "$plugin_dir/mca_mtl_rdmx.so" ] || fail "no lib/rdmx/openmpi/mca_mtl_rdmx.so under the prefix"
+  out=$(OMPI_MCA_mca_base_component_path="$ompi_dir:$plugin_dir" ompi_info 2>&1) || true
+  echo "$out" | grep -q "MCA mtl: rdmx" ||
+    { echo "$out" | grep -i "rdmx\|error" >&2; fail "ompi_info does not list the installed plugin"; }
+  echo "install_test: ompi_info lists the installed plugin ($plugin_dir)"
+fi
+echo "install_test: ok"
