@@ -1,5 +1,5 @@
 #!/bin/sh
-# install_test.sh BUILD_DIR SOURCE_DIR LIBDIR [plugin]
+# install_test.sh BUILD_DIR SOURCE_DIR LIBDIR [plugin] [CFLAGS]
 # `cmake --install` into a fresh prefix, then use only what landed there, as a user would:
 #   1. build consumer.c with cc against <prefix>/include and -lrdmx from <prefix>/LIBDIR
 #      (C11, warnings are errors) and run it: every public function links, and the ones that
@@ -7,7 +7,7 @@
 #   2. with `plugin` (the build has one): ompi_info finds the installed plugin in
 #      <prefix>/lib/rdmx/openmpi, whose RPATH must lead to the installed librdmx.so.
 set -eu
-build=$1 src=$2 libdir=$3 plugin=${4:-}
+build=$1 src=$2 libdir=$3 plugin=${4:-} cflags=${5:-}
 prefix=$(mktemp -d /tmp/rdmx-install.XXXXXX)
 trap 'rm -rf "$prefix"' EXIT
 fail() { echo "install_test: FAILED: $*" >&2; exit 1; }
@@ -17,7 +17,8 @@ cmake --install "$build" --prefix "$prefix" >"$prefix/install.log" 2>&1 ||
 [ -f "$prefix/include/rdmx/rdmx.h" ] || fail "no include/rdmx/rdmx.h under the prefix"
 [ -e "$prefix/$libdir/librdmx.so" ] || fail "no $libdir/librdmx.so under the prefix"
 
-cc -std=c11 -Wall -Wextra -Werror -o "$prefix/consumer" "$src/consumer.c" \
+# shellcheck disable=SC2086 # CFLAGS: words
+cc -std=c11 -Wall -Wextra -Werror $cflags -o "$prefix/consumer" "$src/consumer.c" \
   -I"$prefix/include" -L"$prefix/$libdir" -lrdmx -Wl,-rpath,"$prefix/$libdir" ||
   fail "consumer.c does not build against the installed header and librdmx.so"
 RDMX_DEVICE=rdmx_no_such_device "$prefix/consumer" || fail "consumer"
