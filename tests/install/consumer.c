@@ -52,6 +52,8 @@ int main(void) {
   rdmx_config_t config;
   rdmx_worker_t* worker = NULL;
 
+  /* The link is the check; this loop is a run-time use of the table, so that no optimiser drops
+   * it and its references to the library (an unused table keeps 4 of the 19 at -O2). */
   for (i = 0; i < sizeof(api) / sizeof(api[0]); ++i) {
     expect(api[i].fn != NULL, api[i].name);
   }
