@@ -120,7 +120,7 @@ int CompletionChannel::destroy() noexcept {
 // ---- CompletionQueue ------------------------------------------------------------------------
 
 CompletionQueue::CompletionQueue(std::unique_ptr<detail::CqState> state) noexcept
-    : state_(std::move(state)) {}
+    : state_(std::move(state)), cq_(state_->cq) {}
 
 CompletionQueue CompletionQueue::create(const Context& ctx, int min_cqe, CompletionChannel* channel,
                                         int comp_vector) {
@@ -144,12 +144,15 @@ CompletionQueue CompletionQueue::create(const Context& ctx, int min_cqe, Complet
 }
 
 CompletionQueue::CompletionQueue(CompletionQueue&& other) noexcept
-    : state_(std::move(other.state_)), users_(std::move(other.users_)) {}
+    : state_(std::move(other.state_)),
+      cq_(std::exchange(other.cq_, nullptr)),
+      users_(std::move(other.users_)) {}
 
 CompletionQueue& CompletionQueue::operator=(CompletionQueue&& other) noexcept {
   if (this != &other) {
     CompletionQueue old(std::move(*this));
     state_ = std::move(other.state_);
+    cq_ = std::exchange(other.cq_, nullptr);
     users_ = std::move(other.users_);
   }
   return *this;
@@ -162,9 +165,6 @@ CompletionQueue::~CompletionQueue() {
   }
 }
 
-ibv_cq* CompletionQueue::get() const noexcept {
-  return state_ ? state_->cq : nullptr;
-}
 int CompletionQueue::cqe() const noexcept {
   return state_->cq->cqe;
 }
@@ -203,6 +203,7 @@ int CompletionQueue::destroy() noexcept {
   const int e = verb_errno(ibv_destroy_cq(state_->cq));
   if (e == 0) {
     state_.reset();  // also releases the channel use
+    cq_ = nullptr;
   }
   return e;
 }
