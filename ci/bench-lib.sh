@@ -1,8 +1,9 @@
-# ci/bench-lib.sh: what ci/bench-eager and ci/bench-rndv share (sourced, not run).
-#   figures:  median, valid, ratio, verdict
+# ci/bench-lib.sh: what ci/bench-eager, ci/bench-rndv, ci/bench-mpi and ci/demo share (sourced).
+#   figures:  median, valid, ratio, human, verdict
 #   guest:    bench_step, bench_perftest (they read the caller's $work, $port, $sdev, $cdev,
-#             $gid and $sip: bash functions see the locals of the function that calls them)
-#   host:     bench_build_perf BUILD TOP (packages, configure without tests, build rdmx_perf)
+#             $gid and $sip: bash functions see the locals of the function that calls them);
+#             mpi_stack_args STACK DEV (mpirun arguments of one MPI stack, into $sargs)
+#   host:     bench_build BUILD TOP TARGET... (packages, configure without tests, build)
 # shellcheck shell=bash disable=SC2154 # the caller's locals, see above
 
 median() { # numbers on stdin (n/a and empty lines ignored) -> median or n/a
@@ -19,6 +20,13 @@ ratio() { # a b -> a/b with 2 decimals, or n/a
   awk -v a="$1" -v b="$2" 'BEGIN {
     num = "^[0-9.]+([eE][-+]?[0-9]+)?$"
     if (a ~ num && b ~ num && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }'
+}
+
+human() { # bytes -> 64K, 1M, 8193
+  awk -v n="$1" 'BEGIN {
+    if (n >= 1048576 && n % 1048576 == 0) printf "%dM", n / 1048576
+    else if (n >= 1024 && n % 1024 == 0) printf "%dK", n / 1024
+    else print n }'
 }
 
 verdict() { # ratio op limit -> PASS/FAIL/n/a
@@ -63,17 +71,33 @@ bench_perftest() {
   return $rc
 }
 
-# build top: installs what is missing, configures BUILD (no tests) once, builds rdmx_perf.
-bench_build_perf() {
+# stack dev -> sargs: the mpirun arguments of one MPI stack, the same programs over each:
+#   rdmx-rc / rdmx-ud  pml cm + the rdmx MTL in RC / UD mode
+#   ucx                pml ucx with the settings that work on rxe (shared/softroce.md)
+#   tcp                pml ob1 + btl tcp
+# shellcheck disable=SC2034,SC2054 # sargs is the caller's; the commas are MCA lists
+mpi_stack_args() {
+  case $1 in
+    rdmx-rc) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport rc) ;;
+    rdmx-ud) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport ud) ;;
+    ucx) sargs=(--mca pml ucx -x UCX_TLS=self,rc_verbs,ud_verbs -x "UCX_NET_DEVICES=$2:1"
+                -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
+    tcp) sargs=(--mca pml ob1 --mca btl self,tcp) ;;
+  esac
+}
+
+# build top target...: installs what is missing, configures BUILD (no tests) once, builds.
+bench_build() {
   local build=$1 top=$2
+  shift 2
   # shellcheck source=ci/deps.sh
   . "$top/ci/deps.sh"
   rdmx_install_deps || return 2
-  echo "== build rdmx_perf in $build"
+  echo "== build $* in $build"
   if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$top" -B "$build" -DRDMX_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 ||
       { cat "$build.configure.log"; return 2; }
   fi
-  timeout 3600 cmake --build "$build" -j"$(nproc)" --target rdmx_perf 2>&1 | tail -n 3
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "build of rdmx_perf failed" >&2; return 2; }
+  timeout 3600 cmake --build "$build" -j"$(nproc)" --target "$@" 2>&1 | tail -n 3
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "build of $* failed" >&2; return 2; }
 }

@@ -12,6 +12,8 @@
 # at a size leaves `fail` there and the next step runs. A run that dies mid-sweep is restarted
 # from the size after the one it died at (at most twice).
 set -uo pipefail
+# shellcheck source=ci/bench-lib.sh
+. "$(dirname "$0")/../bench-lib.sh"
 out=$1 build=$2 quick=0
 [ "${3:-}" = --quick ] && quick=1
 raw=$out/raw
@@ -40,16 +42,6 @@ else
 fi
 pair_sizes=8:1048576 mt_sizes=8:65536
 [ "$quick" = 1 ] && pair_sizes=8:65536 mt_sizes=8:4096
-
-stack_args() { # stack -> sargs (mpirun arguments)
-  case $1 in
-    rdmx-rc) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport rc) ;;
-    rdmx-ud) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport ud) ;;
-    ucx) sargs=(--mca pml ucx -x UCX_TLS=self,rc_verbs,ud_verbs -x "UCX_NET_DEVICES=$dev:1"
-                -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
-    tcp) sargs=(--mca pml ob1 --mca btl self,tcp) ;;
-  esac
-}
 
 bench_args() { # bench -> np and bargs
   local lat=(-x 20 -X 2 -n 5 -D "$budget" -T "$size_s")
@@ -88,7 +80,7 @@ mpi_step() { # name stack np prog args...
   local -a args=("$@")
   local args_lo="" i
   for i in "${!args[@]}"; do [ "${args[$i]}" = -m ] && args_lo=${args[$((i + 1))]%%:*}; done
-  stack_args "$stack"
+  mpi_stack_args "$stack" "$dev"
   : >"$f.out"
   : >"$f.err"
   while :; do
