@@ -1,5 +1,5 @@
 # ci/bench-lib.sh: what ci/bench-eager, ci/bench-rndv, ci/bench-mpi and ci/demo share (sourced).
-#   figures:  median, valid, ratio, human, verdict
+#   figures:  median, valid, ratio, human, verdict, over_rounds
 #   guest:    bench_step, bench_perftest (they read the caller's $work, $port, $sdev, $cdev,
 #             $gid and $sip: bash functions see the locals of the function that calls them);
 #             mpi_stack_args STACK DEV (mpirun arguments of one MPI stack, into $sargs)
@@ -27,6 +27,12 @@ human() { # bytes -> 64K, 1M, 8193
     if (n >= 1048576 && n % 1048576 == 0) printf "%dM", n / 1048576
     else if (n >= 1024 && n % 1024 == 0) printf "%dK", n / 1024
     else print n }'
+}
+
+# fn args... -> the median over rounds 1..$rounds (the caller's) of `fn args... ROUND`.
+over_rounds() {
+  local i
+  for i in $(seq 1 "$rounds"); do printf '%s\n' "$("$@" "$i")"; done | median
 }
 
 verdict() { # ratio op limit -> PASS/FAIL/n/a
