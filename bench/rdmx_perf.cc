@@ -327,6 +327,10 @@ class Server {
                        (m.arg[3] >> 32) != 0, &done.arg[1]);
           break;
         case Op::kQuit:
+          // Answer first, so that both sides tear down together: a UD worker's destroy waits
+          // (bounded, 2 s) for the acks of its last messages, which the client sends only
+          // from a progress call, i.e. from its own destroy.
+          ch_.send(done);
           for (rdmx_ep_t* ep : eps_) {
             if (ep != nullptr) {
               rdmx_ep_destroy(ep);
@@ -335,7 +339,6 @@ class Server {
           for (rdmx_worker_t* w : workers_) {
             rdmx_worker_destroy(w);
           }
-          ch_.send(done);
           return 0;
         default:
           die("server: unexpected command %u", static_cast<unsigned>(m.op));
