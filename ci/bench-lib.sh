@@ -1,5 +1,5 @@
 # ci/bench-lib.sh: what ci/bench-eager, ci/bench-rndv, ci/bench-mpi and ci/demo share (sourced).
-#   figures:  median, valid, ratio, human, verdict, over_rounds
+#   figures:  median, valid, ratio, human, verdict, each_round, over_rounds
 #   guest:    bench_step, bench_perftest (they read the caller's $work, $port, $sdev, $cdev,
 #             $gid and $sip: bash functions see the locals of the function that calls them);
 #             mpi_stack_args STACK DEV (mpirun arguments of one MPI stack, into $sargs)
@@ -29,11 +29,14 @@ human() { # bytes -> 64K, 1M, 8193
     else print n }'
 }
 
-# fn args... -> the median over rounds 1..$rounds (the caller's) of `fn args... ROUND`.
-over_rounds() {
+# fn args... -> `fn args... ROUND` for rounds 1..$rounds (the caller's), one line each.
+each_round() {
   local i
-  for i in $(seq 1 "$rounds"); do printf '%s\n' "$("$@" "$i")"; done | median
+  for i in $(seq 1 "$rounds"); do printf '%s\n' "$("$@" "$i")"; done
 }
+
+# fn args... -> the median over the rounds of `fn args... ROUND`.
+over_rounds() { each_round "$@" | median; }
 
 verdict() { # ratio op limit -> PASS/FAIL/n/a
   awk -v r="$1" -v op="$2" -v l="$3" 'BEGIN {
