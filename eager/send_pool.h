@@ -31,6 +31,7 @@ struct SendDesc {
   std::uint16_t generation = 0;
   std::uint8_t buf_class = kNoBuffer;  // class of the bounce buffer, or kNoBuffer (inline)
   bool in_use = false;
+  bool signaled = false;   // posted with IBV_SEND_SIGNALED: a completion of its own will come
   bool sequenced = false;  // the message consumed a per-peer Seq (RC order window)
   std::uint16_t seq = 0;
   std::uint32_t buf = 0;
@@ -103,6 +104,10 @@ class SendPool {
   void free_desc(std::uint32_t index) noexcept {
     SendDesc& d = descs_[index];
     d.in_use = false;
+    if (d.signaled) {
+      d.signaled = false;
+      --signaled_outstanding_;
+    }
     d.generation = protocol::next_generation(d.generation);
     d.queue = nullptr;
     d.peer = nullptr;
@@ -115,6 +120,10 @@ class SendPool {
   std::uint32_t desc_count() const noexcept { return params_.descs; }
   std::uint32_t free_descs() const noexcept { return desc_free_count_; }
   std::uint32_t descs_in_use() const noexcept { return params_.descs - desc_free_count_; }
+  // Signalled WRs posted and not yet retired: while there are none, only an error (which
+  // completes unsignalled WRs too) can put anything on the send CQ, so the progress loop
+  // polls it rarely.
+  std::uint32_t signaled_outstanding() const noexcept { return signaled_outstanding_; }
 
   std::uint64_t wr_id(protocol::WrKind kind, std::uint32_t index) const noexcept {
     return protocol::encode(protocol::WrId{.kind = kind,
@@ -140,6 +149,8 @@ class SendPool {
     void operator()(std::byte* p) const noexcept;
   };
 
+  friend class SendQueue;  // counts the signalled WRs it posts
+
   void maybe_free(std::uint8_t cls, std::uint32_t index) noexcept {
     Class& c = classes_[cls];
     BufState& s = c.state[index];
@@ -157,6 +168,7 @@ class SendPool {
   std::vector<SendDesc> descs_;
   std::vector<std::uint32_t> desc_free_;
   std::uint32_t desc_free_count_ = 0;
+  std::uint32_t signaled_outstanding_ = 0;
 };
 
 }  // namespace rdmx::eager

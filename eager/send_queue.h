@@ -56,7 +56,8 @@ class SendQueue {
   // Posts one WR (wr.next must be null). Takes a descriptor and a credit, sets wr_id and the
   // signalled flag. 0 on success; EAGAIN when the queue or the thread's descriptors are full
   // (nothing posted); ESHUTDOWN once closed; otherwise the errno of ibv_post_send.
-  int post(SendPool& pool, ibv_send_wr& wr, const Post& p) noexcept {
+  // Inline in every caller: it is most of an eager send's own work.
+  [[gnu::always_inline]] int post(SendPool& pool, ibv_send_wr& wr, const Post& p) noexcept {
     if (closed_) [[unlikely]] {
       return ESHUTDOWN;
     }
@@ -80,6 +81,8 @@ class SendQueue {
       return rc;
     }
     SendDesc& desc = pool.desc(d);
+    desc.signaled = signal;
+    pool.signaled_outstanding_ += signal ? 1 : 0;
     desc.buf_class = p.buf_class;
     desc.buf = p.buf;
     desc.queue = this;

@@ -83,4 +83,42 @@ class Sequencer {
   Seq expected_;
 };
 
+// Inline: every received message passes through both.
+inline Arrival Sequencer::on_arrival(Seq seq, std::uint64_t cookie) noexcept {
+  const std::int32_t ahead = seq_diff(seq, expected_);
+  if (ahead < 0) {
+    return Arrival::kDuplicate;
+  }
+  if (static_cast<std::size_t>(ahead) >= ring_.size()) {
+    return Arrival::kOutOfWindow;
+  }
+  // Within the window each Seq has its own slot, so a full slot means this very Seq is held.
+  Slot& slot = ring_[index(seq)];
+  if (slot.full) {
+    return Arrival::kDuplicate;
+  }
+  if (ahead == 0) {
+    expected_ = seq_add(expected_, 1);
+    return Arrival::kDeliver;
+  }
+  slot.cookie = cookie;
+  slot.full = true;
+  ++held_;
+  return Arrival::kHeld;
+}
+
+inline std::optional<std::uint64_t> Sequencer::pop_ready() noexcept {
+  if (held_ == 0) {
+    return std::nullopt;
+  }
+  Slot& slot = ring_[index(expected_)];
+  if (!slot.full) {
+    return std::nullopt;
+  }
+  slot.full = false;
+  --held_;
+  expected_ = seq_add(expected_, 1);
+  return slot.cookie;
+}
+
 }  // namespace rdmx::protocol

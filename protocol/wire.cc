@@ -50,39 +50,6 @@ std::string_view to_string(WireError error) noexcept {
   return "unknown";
 }
 
-WireError validate(const MsgHeader& header, std::size_t received_bytes) noexcept {
-  if (received_bytes < kHeaderSize) {
-    return WireError::kTruncated;
-  }
-  if (header.version != kWireVersion) {
-    return WireError::kBadVersion;
-  }
-  if (header.kind == 0 || header.kind >= kMsgKindCount) {
-    return WireError::kBadKind;
-  }
-  const auto kind = static_cast<MsgKind>(header.kind);
-  if ((header.flags & ~kKnownFlags) != 0) {
-    return WireError::kBadFlags;
-  }
-  // A stand-alone ack exists only to carry `ack`.
-  if (kind == MsgKind::kAck && (header.flags & kFlagAckValid) == 0) {
-    return WireError::kBadFlags;
-  }
-  const std::size_t fixed = kHeaderSize + body_size(kind);
-  if (received_bytes < fixed) {
-    return WireError::kTruncated;
-  }
-  if (!carries_payload(kind) && header.payload_length != 0) {
-    return WireError::kLengthMismatch;
-  }
-  // Exact equality: a short message would make us read stale buffer bytes as payload, and a
-  // long one means sender and receiver disagree on the layout.
-  if (received_bytes - fixed != header.payload_length) {
-    return WireError::kLengthMismatch;
-  }
-  return WireError::kOk;
-}
-
 WireError validate(std::span<const std::byte> message, MsgHeader* header_out) noexcept {
   if (message.size() < kHeaderSize) {
     return WireError::kTruncated;

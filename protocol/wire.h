@@ -249,8 +249,40 @@ std::string_view to_string(WireError error) noexcept;
 
 // Checks a received message of `received_bytes` bytes (UD: wc.byte_len minus the 40-byte GRH)
 // whose header has already been copied out. The checks run in the order of the enum so a
-// header from a newer version is reported as kBadVersion, not as a bad kind.
-WireError validate(const MsgHeader& header, std::size_t received_bytes) noexcept;
+// header from a newer version is reported as kBadVersion, not as a bad kind. Inline: every
+// received message passes through it.
+inline WireError validate(const MsgHeader& header, std::size_t received_bytes) noexcept {
+  if (received_bytes < kHeaderSize) {
+    return WireError::kTruncated;
+  }
+  if (header.version != kWireVersion) {
+    return WireError::kBadVersion;
+  }
+  if (header.kind == 0 || header.kind >= kMsgKindCount) {
+    return WireError::kBadKind;
+  }
+  const auto kind = static_cast<MsgKind>(header.kind);
+  if ((header.flags & ~kKnownFlags) != 0) {
+    return WireError::kBadFlags;
+  }
+  // A stand-alone ack exists only to carry `ack`.
+  if (kind == MsgKind::kAck && (header.flags & kFlagAckValid) == 0) {
+    return WireError::kBadFlags;
+  }
+  const std::size_t fixed = kHeaderSize + body_size(kind);
+  if (received_bytes < fixed) {
+    return WireError::kTruncated;
+  }
+  if (!carries_payload(kind) && header.payload_length != 0) {
+    return WireError::kLengthMismatch;
+  }
+  // Exact equality: a short message would make us read stale buffer bytes as payload, and a
+  // long one means sender and receiver disagree on the layout.
+  if (received_bytes - fixed != header.payload_length) {
+    return WireError::kLengthMismatch;
+  }
+  return WireError::kOk;
+}
 
 // Same, straight from the receive buffer; copies the header out into *header_out when the
 // buffer holds at least a header (so the caller can log what it rejected).

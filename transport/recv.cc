@@ -41,68 +41,6 @@ Request* owner_of(protocol::PostedRecv* pr) {
 
 // --- requests -----------------------------------------------------------------------------
 
-void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data) {
-  new (r) Request{};
-  r->magic = kRequestMagic;
-  r->type = type;
-  r->state = ReqState::kActive;
-  r->callback = cb;
-  r->user_data = user_data;
-  r->recv.owner = r;
-  r->sync_slot = kNoIndex;
-  r->rndv = 0;
-  r->thread = 0;
-  r->status.error = RDMX_INPROGRESS;
-}
-
-void Worker::activate(Request* r) noexcept {
-  if (r->active) {
-    return;
-  }
-  r->active = true;
-  r->active_prev = nullptr;
-  r->active_next = active_head_;
-  if (active_head_ != nullptr) {
-    active_head_->active_prev = r;
-  }
-  active_head_ = r;
-}
-
-void Worker::deactivate(Request* r) noexcept {
-  if (!r->active) {
-    return;
-  }
-  r->active = false;
-  if (r->active_prev != nullptr) {
-    r->active_prev->active_next = r->active_next;
-  } else {
-    active_head_ = r->active_next;
-  }
-  if (r->active_next != nullptr) {
-    r->active_next->active_prev = r->active_prev;
-  }
-  r->active_prev = r->active_next = nullptr;
-}
-
-void Worker::complete(Request* r, int code) {
-  deactivate(r);
-  r->status.error = code;
-  // Nothing to call back: done at once, so a caller that tests the request right after posting
-  // an eager send (the MTL's blocking send) needs no progress call to see it complete.
-  if (r->callback == nullptr) {
-    r->state = ReqState::kDone;
-    return;
-  }
-  r->state = ReqState::kCompleting;
-  r->next = nullptr;
-  if (done_tail_ == nullptr) {
-    done_head_ = r;
-  } else {
-    done_tail_->next = r;
-  }
-  done_tail_ = r;
-}
-
 int Worker::run_completions() {
   // Only what is on the list now: callbacks that post and complete at once wait for the next
   // call, so a callback loop cannot starve the CQs.
@@ -126,25 +64,43 @@ int Worker::run_completions() {
 
 // --- progress ------------------------------------------------------------------------------
 
-int Worker::poll_cqs() {
+int Worker::poll_cq(ibv_cq* cq, bool recv) {
   std::array<ibv_wc, kPollBatch> wcs;
-  int total = 0;
-  int n = ibv_poll_cq(recv_cq_->get(), kPollBatch, wcs.data());
+  const int n = ibv_poll_cq(cq, kPollBatch, wcs.data());
   for (int i = 0; i < n; ++i) {
-    on_recv_completion(wcs[static_cast<std::size_t>(i)]);
+    if (recv) {
+      on_recv_completion(wcs[static_cast<std::size_t>(i)]);
+    } else {
+      on_send_completion(wcs[static_cast<std::size_t>(i)]);
+    }
   }
-  total += std::max(n, 0);
-  n = ibv_poll_cq(send_cq_->get(), kPollBatch, wcs.data());
-  for (int i = 0; i < n; ++i) {
-    on_send_completion(wcs[static_cast<std::size_t>(i)]);
+  return std::max(n, 0);
+}
+
+int Worker::poll_cqs() {
+  return poll_cq(recv_cq_->get(), true) + poll_cq(send_cq_->get(), false);
+}
+
+bool Worker::send_completions_expected() const noexcept {
+  for (const ThreadCtx& tc : threads_) {
+    if (tc.send->signaled_outstanding() != 0) {
+      return true;
+    }
   }
-  total += std::max(n, 0);
-  return total;
+  return false;
 }
 
 int Worker::progress() {
   ++progress_calls_;  // a new epoch for coalescing (send.cc)
-  int events = poll_cqs();
+  // Housekeeping first, the receive CQ last: a message this call finds goes back to the caller
+  // without waiting behind the rest of the call (in a ping-pong, arrival -> reply is the
+  // critical path; the housekeeping runs while the caller waits anyway).
+  int events = 0;
+  // The send CQ only while a signalled WR is out, or now and then for the error completions
+  // of unsignalled ones (a failed QP flushes every WR).
+  if (send_completions_expected() || (progress_calls_ & 63) == 0) {
+    events += poll_cq(send_cq_->get(), false);
+  }
   bool low = false;
   for (auto& pool : pools_) {
     if (pool->wants_refill()) {
@@ -183,6 +139,7 @@ int Worker::progress() {
       run_wr_timers(now_us());
     }
   }
+  events += poll_cq(recv_cq_->get(), true);
   if (done_head_ != nullptr) {
     events += run_completions();
   }
@@ -393,7 +350,7 @@ void Worker::on_recv_completion(const ibv_wc& wc) {
   on_data_message(pool, buf, wc);
 }
 
-void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc) {
+inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc) {
   const std::uint8_t pid = pool.params().pool_id;
   const std::byte* msg = pool.message(buf);
   const std::size_t length = wc.byte_len - pool.params().grh_bytes;
@@ -454,14 +411,28 @@ void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_
       }
       list_ud_timer(p);
     }
-    deliver(p, nullptr, h, msg + protocol::kHeaderSize, payload, pid, buf);
-    while (const auto cookie = p.rx->pop_ready()) {
-      MsgDesc* d = reinterpret_cast<MsgDesc*>(*cookie);
-      protocol::MsgHeader dh = protocol::make_header(d->kind);
-      dh.tag = d->tag;
-      dh.aux = d->aux;
-      dh.payload_length = d->length;
-      deliver(p, d, dh, d->body.data(), d->data, d->pool, d->buf);
+    // This message, then those held behind it that are now in order (one deliver() call site,
+    // so that it is inlined once).
+    MsgDesc* held = nullptr;
+    protocol::MsgHeader dh = h;
+    const std::byte* body = msg + protocol::kHeaderSize;
+    std::uint8_t dpool = pid;
+    std::uint32_t dbuf = buf;
+    for (;;) {
+      deliver(p, held, dh, body, payload, dpool, dbuf);
+      const auto cookie = p.rx->pop_ready();
+      if (!cookie) [[likely]] {
+        break;
+      }
+      held = reinterpret_cast<MsgDesc*>(*cookie);
+      dh = protocol::make_header(held->kind);
+      dh.tag = held->tag;
+      dh.aux = held->aux;
+      dh.payload_length = held->length;
+      body = held->body.data();
+      payload = held->data;
+      dpool = held->pool;
+      dbuf = held->buf;
     }
     if (!ud_mode_) {
       maybe_grant(p);
@@ -491,8 +462,9 @@ void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_
   }
 }
 
-void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h, const std::byte* body,
-                     const std::byte* payload, std::uint8_t pool, std::uint32_t buf) {
+inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h,
+                            const std::byte* body, const std::byte* payload, std::uint8_t pool,
+                            std::uint32_t buf) {
   const auto kind = static_cast<protocol::MsgKind>(h.kind);
   auto release = [&] {
     if (held != nullptr) {
@@ -659,8 +631,8 @@ void Worker::release_message(MsgDesc* d) {
   free_desc(d);
 }
 
-void Worker::finish_recv(Request* r, Peer& peer, std::uint64_t tag, protocol::MsgKind kind,
-                         std::uint32_t aux, const std::byte* payload, std::size_t length) {
+inline void Worker::finish_recv(Request* r, Peer& peer, std::uint64_t tag, protocol::MsgKind kind,
+                                std::uint32_t aux, const std::byte* payload, std::size_t length) {
   r->status.tag = tag;
   r->status.source = peer.uid;
   r->status.length = length;

@@ -82,34 +82,22 @@ std::uint64_t Worker::now_us() noexcept {
   return clock_.now_us();
 }
 
-Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag,
-                                        std::uint32_t aux, const void* body,
-                                        std::size_t body_length, const void* payload,
-                                        std::size_t length) {
-  protocol::MsgHeader h = protocol::make_header(kind);
-  h.src_ep = peer.remote_index;
-  h.payload_length = static_cast<std::uint32_t>(length);
-  h.tag = tag;
-  h.aux = aux;
-  return ud_mode_ ? post_ud(peer, h, body, body_length, payload, length)
-                  : post_rc(peer, h, body, body_length, payload, length);
-}
-
-std::uint32_t Worker::rc_credit_window() const noexcept {
+void Worker::update_rc_credit_window() noexcept {
   // Every peer that may send to us shares the SRQ: count the endpoints we know (rdmx_ep_create
   // makes them before any connection completes), the connected ones and the application's
   // hint. Half of the refilled depth goes to data credits, the rest absorbs the uncredited
   // kAcks and the refill lag, so a credited sender never meets an empty SRQ (no RNR NAK).
+  // Kept up to date here (peers added, connected, failed) rather than computed per message.
   const std::uint32_t peers =
       std::max({rc_connected_peers_, static_cast<std::uint32_t>(peers_.size()),
                 config_.expected_peers, std::uint32_t{1}});
   const std::uint32_t usable = res_.srq_depth - std::min(res_.srq_depth, res_.refill_batch);
-  return std::clamp<std::uint32_t>(usable / (2 * peers), kRcMinCredits, kRcMaxCredits);
+  rc_credit_window_ = std::clamp<std::uint32_t>(usable / (2 * peers), kRcMinCredits, kRcMaxCredits);
 }
 
 protocol::Seq Worker::grant_credits(Peer& peer) noexcept {
   // The peer may send until rx->expected() + window; never take back what was granted.
-  const protocol::Seq limit = protocol::seq_add(peer.rx->expected(), rc_credit_window());
+  const protocol::Seq limit = protocol::seq_add(peer.rx->expected(), rc_credit_window_);
   if (protocol::seq_gt(limit, peer.rc_granted)) {
     peer.rc_granted = limit;
   }
@@ -123,7 +111,7 @@ void Worker::maybe_grant(Peer& peer) {
   // on our next message to the peer (post_rc): flush_peer holds it back for one progress call
   // before it sends a stand-alone kAck, so in two-way traffic the reply carries it.
   const auto left = protocol::seq_diff(peer.rc_granted, peer.rx->expected());
-  if (left <= static_cast<std::int32_t>(rc_credit_window() / 2) && !peer.rc_grant_due) {
+  if (left <= static_cast<std::int32_t>(rc_credit_window_ / 2) && !peer.rc_grant_due) {
     peer.rc_grant_due = true;
     peer.rc_grant_held = false;
     list_for_flush(peer);
@@ -527,7 +515,7 @@ void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
   }
 }
 
-bool Worker::coalesce(Peer& peer, Request* r, bool queued) {
+inline bool Worker::coalesce(Peer& peer, Request* r, bool queued) {
   // Standard sends only (a sync send waits for its match-ack; a rendezvous one for the
   // receiver); at least two per batch; and only inside a burst, or from the queue of sends that
   // waited for resources anyway (as openib did).
@@ -572,7 +560,7 @@ bool Worker::flush_batch(Peer& peer) {
   return true;
 }
 
-bool Worker::start_send(Peer& peer, Request* r) {
+inline bool Worker::start_send(Peer& peer, Request* r) {
   // Whatever is packed for the peer goes first: it was sent before this.
   if (peer.batch.count() != 0 && !flush_batch(peer)) {
     return false;
@@ -765,6 +753,7 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   }
   if (peer.state == PeerState::kConnected && !ud_mode_ && rc_connected_peers_ > 0) {
     --rc_connected_peers_;
+    update_rc_credit_window();
   }
   set_state(peer, PeerState::kFailed);
   fail_pending(peer, code);

@@ -78,6 +78,7 @@ Peer& Worker::add_peer(std::uint64_t uid) {
   p->uid = uid;
   peer_by_uid_.emplace(uid, p->index);
   peers_.push_back(std::move(p));
+  update_rc_credit_window();
   return *peers_.back();
 }
 
@@ -343,6 +344,7 @@ void Worker::on_connected(Peer& peer) {
   set_state(peer, PeerState::kConnected);
   if (!ud_mode_) {
     ++rc_connected_peers_;
+    update_rc_credit_window();
   }
   if (config_.verbose >= 2) {
     std::fprintf(stderr, "rdmx: connected to %016llx (its index for us %u) after %u tries\n",

@@ -175,6 +175,7 @@ void Worker::setup() {
     throw SetupError{RDMX_ERR_INVALID_PARAM, why};
   }
   ud_mode_ = res_.ud;
+  update_rc_credit_window();
   uid_ = config_.uid;
   if (uid_ == 0) {
     char host[256] = {};

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -67,7 +68,7 @@ inline constexpr int kNumPools = 3;
 inline constexpr std::uint32_t kRcSendDepth = 128;  // WRs per RC QP for messages
 inline constexpr std::uint32_t kRcSendReserve = 2;  // + WRs for flushes and kicks
 // RC credit window per peer: half the SRQ depth (less a refill batch) shared among the peers
-// that may send to us (Worker::rc_credit_window), within bounds.
+// that may send to us (Worker::update_rc_credit_window), within bounds.
 inline constexpr std::uint32_t kRcMinCredits = 1;
 inline constexpr std::uint32_t kRcMaxCredits = 64;
 inline constexpr std::uint32_t kUdSendDepth = 1024;   // WRs per UD data QP (shared by peers)
@@ -220,7 +221,7 @@ class Worker {
                           const void* body, std::size_t body_length, const void* payload,
                           std::size_t length);
   bool post_rc_flush(Peer& peer, int cls);
-  std::uint32_t rc_credit_window() const noexcept;
+  void update_rc_credit_window() noexcept;
   protocol::Seq grant_credits(Peer& peer) noexcept;
   void maybe_grant(Peer& peer);
   // Some SRQ waits for its refill: a credit grant must wait for it too (maybe_grant).
@@ -246,9 +247,12 @@ class Worker {
   int post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf, std::size_t total,
                      bool want_signal);
   bool resend_ud(Peer& peer, std::uint32_t slot);
-  bool start_send(Peer& peer, Request* request);  // true: posted (or failed), false: must queue
+  // The eager path's steps are forced inline into their few callers (all in the same .cc): in an
+  // emulated guest every call and return costs a translated-block lookup. true: posted (or failed),
+  // false: must queue.
+  [[gnu::always_inline]] bool start_send(Peer& peer, Request* request);
   // true: packed into the peer's batch and complete. queued: from the peer's pending FIFO.
-  bool coalesce(Peer& peer, Request* request, bool queued);
+  [[gnu::always_inline]] bool coalesce(Peer& peer, Request* request, bool queued);
   bool flush_batch(Peer& peer);  // false: no resource now, the batch stays
   void queue_send(Peer& peer, Request* request);
   void flush_peer(Peer& peer);
@@ -271,13 +275,18 @@ class Worker {
   void notify_peer_failures();
 
   // --- receive path (recv.cc)
-  int poll_cqs();
+  int poll_cq(ibv_cq* cq, bool recv);
+  int poll_cqs();  // both CQs (teardown)
+  bool send_completions_expected() const noexcept;
   void on_send_completion(const ibv_wc& wc);
   void on_recv_completion(const ibv_wc& wc);
   void on_drain_completion(const ibv_wc& wc);
-  void on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc);
-  void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header, const std::byte* body,
-               const std::byte* payload, std::uint8_t pool, std::uint32_t buf);
+  // Inlined into their few callers (see start_send).
+  [[gnu::always_inline]] void on_data_message(eager::SrqPool& pool, std::uint32_t buf,
+                                              const ibv_wc& wc);
+  [[gnu::always_inline]] void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header,
+                                      const std::byte* body, const std::byte* payload,
+                                      std::uint8_t pool, std::uint32_t buf);
   MsgDesc* keep_message(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload,
                         std::uint8_t pool, std::uint32_t buf);
   void deliver_batch(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload);
@@ -285,8 +294,9 @@ class Worker {
   void release_message(MsgDesc* desc);
   MsgDesc* alloc_desc();
   void free_desc(MsgDesc* desc);
-  void finish_recv(Request* request, Peer& peer, std::uint64_t tag, protocol::MsgKind kind,
-                   std::uint32_t aux, const std::byte* payload, std::size_t length);
+  [[gnu::always_inline]] void finish_recv(Request* request, Peer& peer, std::uint64_t tag,
+                                          protocol::MsgKind kind, std::uint32_t aux,
+                                          const std::byte* payload, std::size_t length);
   void handle_async_events();
   bool drop_for_test() noexcept;
 
@@ -382,6 +392,7 @@ class Worker {
   CachedClock clock_;
   std::uint64_t next_watchdog_us_ = 0;
   std::uint32_t rc_connected_peers_ = 0;
+  std::uint32_t rc_credit_window_ = 0;  // update_rc_credit_window
   bool closing_ = false;
   // Liveness (liveness.cc): a probe found nothing since the last watchdog run (the application
   // waits in a probe loop), and dead peers whose callback has not run yet.
@@ -413,5 +424,84 @@ class Worker {
   std::uint64_t stat_coalesced_msgs_ = 0;
   std::uint64_t stat_coalesced_batches_ = 0;
 };
+
+// --- requests: every send and receive passes through these, so they are inline.
+
+inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data) {
+  new (r) Request{};
+  r->magic = kRequestMagic;
+  r->type = type;
+  r->state = ReqState::kActive;
+  r->callback = cb;
+  r->user_data = user_data;
+  r->recv.owner = r;
+  r->sync_slot = kNoIndex;
+  r->rndv = 0;
+  r->thread = 0;
+  r->status.error = RDMX_INPROGRESS;
+}
+
+inline void Worker::activate(Request* r) noexcept {
+  if (r->active) {
+    return;
+  }
+  r->active = true;
+  r->active_prev = nullptr;
+  r->active_next = active_head_;
+  if (active_head_ != nullptr) {
+    active_head_->active_prev = r;
+  }
+  active_head_ = r;
+}
+
+inline void Worker::deactivate(Request* r) noexcept {
+  if (!r->active) {
+    return;
+  }
+  r->active = false;
+  if (r->active_prev != nullptr) {
+    r->active_prev->active_next = r->active_next;
+  } else {
+    active_head_ = r->active_next;
+  }
+  if (r->active_next != nullptr) {
+    r->active_next->active_prev = r->active_prev;
+  }
+  r->active_prev = r->active_next = nullptr;
+}
+
+inline void Worker::complete(Request* r, int code) {
+  deactivate(r);
+  r->status.error = code;
+  // Nothing to call back: done at once, so a caller that tests the request right after posting
+  // an eager send (the MTL's blocking send) needs no progress call to see it complete.
+  if (r->callback == nullptr) {
+    r->state = ReqState::kDone;
+    return;
+  }
+  r->state = ReqState::kCompleting;
+  r->next = nullptr;
+  if (done_tail_ == nullptr) {
+    done_head_ = r;
+  } else {
+    done_tail_->next = r;
+  }
+  done_tail_ = r;
+}
+
+// --- the send path's entry to RC and UD: a dispatch every eager message takes.
+
+inline Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind,
+                                               std::uint64_t tag, std::uint32_t aux,
+                                               const void* body, std::size_t body_length,
+                                               const void* payload, std::size_t length) {
+  protocol::MsgHeader h = protocol::make_header(kind);
+  h.src_ep = peer.remote_index;
+  h.payload_length = static_cast<std::uint32_t>(length);
+  h.tag = tag;
+  h.aux = aux;
+  return ud_mode_ ? post_ud(peer, h, body, body_length, payload, length)
+                  : post_rc(peer, h, body, body_length, payload, length);
+}
 
 }  // namespace rdmx::transport
