@@ -97,6 +97,8 @@ inline constexpr std::uint32_t kUdCwndMin = 2;  // floor (halved on every timeou
 inline constexpr std::uint32_t kMaxPendingPerPeer = 1u << 16;
 inline constexpr std::uint32_t kQkey = 0x52444d58;  // "RDMX"
 inline constexpr int kPollBatch = 16;
+// Async events (a read(2)) are read at most this often, except when an SRQ runs low.
+inline constexpr std::uint64_t kAsyncEventPeriodUs = 1000;
 // rdmx_request_wait's idle policy: once its progress calls have found nothing for
 // kYieldAfterIdleUs it yields on every call, after kNapAfterIdleUs it sleeps kNapNs per call.
 // When processes outnumber CPUs the peer it waits for gets to run; with a CPU each,
@@ -391,6 +393,7 @@ class Worker {
   std::uint32_t progress_calls_ = 0;
   CachedClock clock_;
   std::uint64_t next_watchdog_us_ = 0;
+  std::uint64_t next_async_us_ = 0;  // progress() reads async events again from then
   std::uint32_t rc_connected_peers_ = 0;
   std::uint32_t rc_credit_window_ = 0;  // update_rc_credit_window
   bool closing_ = false;

@@ -95,6 +95,9 @@ std::optional<ibv_async_event> AsyncEventReader::read_one(
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
       throw Error("ibv_get_async_event", errno != 0 ? errno : EIO);
     }
+    if (deadline == std::chrono::steady_clock::time_point::min()) {
+      return std::nullopt;  // poll(0): no waiting
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
@@ -134,7 +137,10 @@ std::optional<ibv_async_event> AsyncEventReader::poll(std::chrono::milliseconds 
     backlog_.pop_front();
     return e;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // No clock for a look without waiting: in an emulated guest each clock_gettime is a system
+  // call, and the progress loop looks often.
+  const auto deadline = timeout.count() <= 0 ? std::chrono::steady_clock::time_point::min()
+                                             : std::chrono::steady_clock::now() + timeout;
   for (;;) {
     std::optional<ibv_async_event> e = read_one(deadline);
     if (!e) {
@@ -156,7 +162,10 @@ std::optional<ibv_async_event> AsyncEventReader::wait_for(ibv_event_type type, c
     backlog_.erase(it);
     return e;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // No clock for a look without waiting: in an emulated guest each clock_gettime is a system
+  // call, and the progress loop looks often.
+  const auto deadline = timeout.count() <= 0 ? std::chrono::steady_clock::time_point::min()
+                                             : std::chrono::steady_clock::now() + timeout;
   for (;;) {
     std::optional<ibv_async_event> e = read_one(deadline);
     if (!e) {
