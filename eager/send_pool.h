@@ -116,6 +116,11 @@ class SendPool {
     d.cookie = 0;
     desc_free_[desc_free_count_++] = index;
   }
+  // The WR of descriptor `index` was posted signalled; free_desc undoes the count.
+  void mark_signaled(std::uint32_t index) noexcept {
+    descs_[index].signaled = true;
+    ++signaled_outstanding_;
+  }
   SendDesc& desc(std::uint32_t index) noexcept { return descs_[index]; }
   std::uint32_t desc_count() const noexcept { return params_.descs; }
   std::uint32_t free_descs() const noexcept { return desc_free_count_; }
@@ -148,8 +153,6 @@ class SendPool {
   struct SlabDeleter {
     void operator()(std::byte* p) const noexcept;
   };
-
-  friend class SendQueue;  // counts the signalled WRs it posts
 
   void maybe_free(std::uint8_t cls, std::uint32_t index) noexcept {
     Class& c = classes_[cls];

@@ -80,9 +80,10 @@ class SendQueue {
       pool.free_desc(d);
       return rc;
     }
+    if (signal) {
+      pool.mark_signaled(d);
+    }
     SendDesc& desc = pool.desc(d);
-    desc.signaled = signal;
-    pool.signaled_outstanding_ += signal ? 1 : 0;
     desc.buf_class = p.buf_class;
     desc.buf = p.buf;
     desc.queue = this;

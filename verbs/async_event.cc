@@ -9,6 +9,16 @@
 #include "verbs/error.h"
 
 namespace rdmx::verbs {
+namespace {
+
+// read_one's deadline. time_point::min() for a look without waiting, which reads no clock: in an
+// emulated guest each clock_gettime is a system call, and the progress loop looks often.
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return timeout.count() <= 0 ? std::chrono::steady_clock::time_point::min()
+                              : std::chrono::steady_clock::now() + timeout;
+}
+
+}  // namespace
 
 const void* event_object(const ibv_async_event& event) noexcept {
   switch (event.event_type) {
@@ -96,7 +106,7 @@ std::optional<ibv_async_event> AsyncEventReader::read_one(
       throw Error("ibv_get_async_event", errno != 0 ? errno : EIO);
     }
     if (deadline == std::chrono::steady_clock::time_point::min()) {
-      return std::nullopt;  // poll(0): no waiting
+      return std::nullopt;  // deadline_after(0): no waiting
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -137,10 +147,7 @@ std::optional<ibv_async_event> AsyncEventReader::poll(std::chrono::milliseconds 
     backlog_.pop_front();
     return e;
   }
-  // No clock for a look without waiting: in an emulated guest each clock_gettime is a system
-  // call, and the progress loop looks often.
-  const auto deadline = timeout.count() <= 0 ? std::chrono::steady_clock::time_point::min()
-                                             : std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   for (;;) {
     std::optional<ibv_async_event> e = read_one(deadline);
     if (!e) {
@@ -162,10 +169,7 @@ std::optional<ibv_async_event> AsyncEventReader::wait_for(ibv_event_type type, c
     backlog_.erase(it);
     return e;
   }
-  // No clock for a look without waiting: in an emulated guest each clock_gettime is a system
-  // call, and the progress loop looks often.
-  const auto deadline = timeout.count() <= 0 ? std::chrono::steady_clock::time_point::min()
-                                             : std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   for (;;) {
     std::optional<ibv_async_event> e = read_one(deadline);
     if (!e) {
