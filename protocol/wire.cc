@@ -28,6 +28,8 @@ std::string_view to_string(MsgKind kind) noexcept {
       return "rndv_data";
     case MsgKind::kBatch:
       return "batch";
+    case MsgKind::kRingOffer:
+      return "ring_offer";
   }
   return "unknown";
 }

@@ -9,7 +9,7 @@
 //      +-----------------+-----------------+-----------------------------------+
 //   16 |                                  tag                                  |
 //      +-----------------------------------+-----------------------------------+
-//   24 |                aux                |             reserved              |
+//   24 |                aux                |             ring_ack              |
 //      +-----------------------------------+-----------------------------------+
 //   32   body (sizeof RtsBody / CtsBody / FinBody / DataBody, or nothing), then payload_length
 //        bytes
@@ -37,7 +37,8 @@ static_assert(std::endian::native == std::endian::little,
 
 // Bumped on any incompatible change to a header, a body or the meaning of a field.
 // 2: kRndvData, CtsBody.flags, FinBody.flags (rendezvous). 3: kBatch (coalesced eager sends).
-inline constexpr std::uint8_t kWireVersion = 3;
+// 4: kRingOffer and ring_ack (the RDMA-write eager ring, ring.h).
+inline constexpr std::uint8_t kWireVersion = 4;
 
 enum class MsgKind : std::uint8_t {
   kInvalid = 0,     // a zeroed buffer must never validate
@@ -52,15 +53,17 @@ enum class MsgKind : std::uint8_t {
   kDisconnect = 9,  // the sender is tearing the connection down; nothing follows
   kRndvData = 10,   // rendezvous copy path: bytes of a granted message; body DataBody
   kBatch = 11,      // several kEager messages in one (batch.h): aux = their count
+  kRingOffer = 12,  // RC: "write your small messages into this ring of mine"; body RingBody
 };
-inline constexpr std::uint8_t kMsgKindCount = 12;  // one past the last valid kind
+inline constexpr std::uint8_t kMsgKindCount = 13;  // one past the last valid kind
 
 std::string_view to_string(MsgKind kind) noexcept;
 
 // Header flags. Unknown bits are rejected by validate(): new flags need a new version.
 inline constexpr std::uint16_t kFlagAckValid = 1u << 0;    // `ack` holds a cumulative ack
 inline constexpr std::uint16_t kFlagAckRequest = 1u << 1;  // please ack now (e.g. last in window)
-inline constexpr std::uint16_t kKnownFlags = kFlagAckValid | kFlagAckRequest;
+inline constexpr std::uint16_t kFlagRingAck = 1u << 2;     // `ring_ack` is valid
+inline constexpr std::uint16_t kKnownFlags = kFlagAckValid | kFlagAckRequest | kFlagRingAck;
 
 struct MsgHeader {
   // kWireVersion of the sender; a receiver rejects any other (see validate()).
@@ -88,8 +91,10 @@ struct MsgHeader {
   // mode): the QPN of the receiver's RC QP for rendezvous writes from this sender, 0 if none
   // (a sender connected to another QP of the receiver knows its connection is stale).
   std::uint32_t aux;
-  // Zero on send, ignored on receive: room for a same-version extension.
-  std::uint32_t reserved;
+  // With kFlagRingAck (RC): how many messages the sender of this header has taken, in all, from
+  // the ring it gave the receiver (kRingOffer), mod 2^32: the receiver may fill that many slots
+  // again. Zero otherwise.
+  std::uint32_t ring_ack;
 };
 
 // kRts: the sender has total_length bytes for the tag in the header.
@@ -129,6 +134,16 @@ struct FinBody {
 // Set: the FIN is for the sender's transfer (sender_slot); clear: for the receiver's.
 inline constexpr std::uint32_t kFinFlagToSender = 1u << 0;
 
+// kRingOffer: the sender of the offer has registered `slots` slots of `slot_size` bytes at
+// `addr` (rkey `rkey`) for the receiver's small messages to it (ring.h has the slot layout).
+struct RingBody {
+  std::uint64_t addr;       // first slot
+  std::uint32_t rkey;       // memory key of the ring, remote write
+  std::uint32_t slots;      // >= 2
+  std::uint32_t slot_size;  // bytes per slot, a multiple of 8
+  std::uint32_t reserved;   // zero
+};
+
 // kRndvData: payload_length bytes of the message at `offset`, for the receiver's transfer
 // `receiver_slot` (the copy path, used when a buffer cannot be registered or no RC connection
 // is available for RDMA writes).
@@ -153,7 +168,7 @@ static_assert(offsetof(MsgHeader, ack) == 10);
 static_assert(offsetof(MsgHeader, payload_length) == 12);
 static_assert(offsetof(MsgHeader, tag) == 16);
 static_assert(offsetof(MsgHeader, aux) == 24);
-static_assert(offsetof(MsgHeader, reserved) == 28);
+static_assert(offsetof(MsgHeader, ring_ack) == 28);
 
 static_assert(sizeof(RtsBody) == 16);
 static_assert(offsetof(RtsBody, total_length) == 0);
@@ -175,11 +190,17 @@ static_assert(sizeof(DataBody) == 16);
 static_assert(offsetof(DataBody, offset) == 0);
 static_assert(offsetof(DataBody, receiver_slot) == 8);
 
+static_assert(sizeof(RingBody) == 24 && sizeof(RingBody) <= kMaxBodySize);
+static_assert(offsetof(RingBody, rkey) == 8);
+static_assert(offsetof(RingBody, slots) == 12);
+static_assert(offsetof(RingBody, slot_size) == 16);
+
 static_assert(std::is_trivially_copyable_v<MsgHeader> && std::is_standard_layout_v<MsgHeader>);
 static_assert(std::is_trivially_copyable_v<RtsBody> && std::is_standard_layout_v<RtsBody>);
 static_assert(std::is_trivially_copyable_v<CtsBody> && std::is_standard_layout_v<CtsBody>);
 static_assert(std::is_trivially_copyable_v<FinBody> && std::is_standard_layout_v<FinBody>);
 static_assert(std::is_trivially_copyable_v<DataBody> && std::is_standard_layout_v<DataBody>);
+static_assert(std::is_trivially_copyable_v<RingBody> && std::is_standard_layout_v<RingBody>);
 static_assert(kHeaderSize % 8 == 0 && (40 + kHeaderSize) % 8 == 0,
               "payload stays 8-byte aligned on RC and after the UD GRH");
 
@@ -194,6 +215,8 @@ constexpr std::size_t body_size(MsgKind kind) noexcept {
       return sizeof(FinBody);
     case MsgKind::kRndvData:
       return sizeof(DataBody);
+    case MsgKind::kRingOffer:
+      return sizeof(RingBody);
     default:
       return 0;
   }
@@ -232,7 +255,7 @@ constexpr MsgHeader make_header(MsgKind kind) noexcept {
                    .payload_length = 0,
                    .tag = 0,
                    .aux = 0,
-                   .reserved = 0};
+                   .ring_ack = 0};
 }
 
 enum class WireError : std::uint8_t {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "protocol/ring.h"
 #include "protocol/wire.h"
 
 namespace rdmx::transport {
@@ -217,6 +218,9 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
   integer("RDMX_VERBOSE", &config->verbose, 0, 9);
   u32("RDMX_MAX_RC_PEERS", &config->max_rc_peers, false);
   u32("RDMX_COALESCE", &config->coalesce, false);
+  u32("RDMX_RING_PEERS", &config->ring_peers, false);
+  u32("RDMX_RING_SLOTS", &config->ring_slots, false);
+  u32("RDMX_RING_SLOT_SIZE", &config->ring_slot_size, true);
   return rc;
 }
 
@@ -300,6 +304,20 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
     return fail("max_rc_peers must be at least 1 (RDMX_MAX_RC_PEERS)");
   }
   r.max_rc_peers = config.max_rc_peers;
+  if (config.ring_peers != 0 &&
+      !protocol::ring_geometry_ok(config.ring_slots, config.ring_slot_size)) {
+    return fail("ring of " + std::to_string(config.ring_slots) + " slots of " +
+                std::to_string(config.ring_slot_size) + " bytes: slots must be in [" +
+                std::to_string(protocol::kRingMinSlots) + ", " +
+                std::to_string(protocol::kRingMaxSlots) + "] (RDMX_RING_SLOTS) and the slot " +
+                "size a multiple of 8 in [" + std::to_string(protocol::kRingMinSlot) + ", " +
+                std::to_string(protocol::kRingMaxSlot) +
+                "] (RDMX_RING_SLOT_SIZE); RDMX_RING_PEERS=0 turns the ring off");
+  }
+  // UD has no connection to write over.
+  r.ring_peers = r.ud ? 0 : config.ring_peers;
+  r.ring_slots = config.ring_slots;
+  r.ring_slot_size = config.ring_slot_size;
   *out = r;
   return RDMX_OK;
 }
@@ -355,6 +373,9 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->verbose = 0;
   c->max_rc_peers = kDefaultMaxRcPeers;
   c->coalesce = 1;
+  c->ring_peers = kDefaultRingPeers;
+  c->ring_slots = kDefaultRingSlots;
+  c->ring_slot_size = kDefaultRingSlotSize;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

@@ -29,6 +29,11 @@ inline constexpr std::uint32_t kDefaultUdRtoUs = 2000;
 inline constexpr std::uint32_t kDefaultPeerTimeoutMs = 30000;  // UCX's peer timeout
 // UD mode: RC connections kept for rendezvous writes (MVAPICH2's hybrid mode keeps 64).
 inline constexpr std::uint32_t kDefaultMaxRcPeers = 64;
+// RC eager rings (protocol/ring.h): openib gave up to 16 peers rings of 16 buffers; 32 slots of
+// 512 bytes (rxe's inline limit) are 16 KiB per peer, 256 KiB per worker at most.
+inline constexpr std::uint32_t kDefaultRingPeers = 16;
+inline constexpr std::uint32_t kDefaultRingSlots = 32;
+inline constexpr std::uint32_t kDefaultRingSlotSize = 512;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -63,6 +68,9 @@ struct Resolved {
   std::size_t eager_limit = 0;
   std::size_t rndv_thresh = 0;  // messages of this size and up use rendezvous (<= eager_limit + 1)
   std::uint32_t max_rc_peers = 0;
+  std::uint32_t ring_peers = 0;  // 0: no rings (UD, or turned off)
+  std::uint32_t ring_slots = 0;
+  std::uint32_t ring_slot_size = 0;
   bool ud = false;
 };
 

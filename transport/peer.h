@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "eager/recv_ring.h"
 #include "eager/send_queue.h"
 #include "protocol/batch.h"
 #include "protocol/reliability.h"
@@ -45,6 +46,19 @@ inline constexpr std::uint32_t kNoIndex = 0xffffffff;
 enum class PeerState : std::uint8_t { kIdle, kConnecting, kConnected, kFailed };
 std::string_view to_string(PeerState state) noexcept;
 
+// RC: the peer's RDMA-write eager ring that we write our small messages into (transport/ring.cc,
+// protocol/ring.h), as its kRingOffer described it. slots == 0: none offered.
+struct TxRing {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t slots = 0;
+  std::uint32_t slot_size = 0;
+  std::uint32_t max_image = 0;  // min(slot_size, our max inline size): what one write may carry
+  std::uint32_t head = 0;       // next slot to write
+  std::uint32_t sent = 0;       // messages written, in all (mod 2^32)
+  std::uint32_t taken = 0;      // messages the peer took out again (its ring_ack)
+};
+
 // UD mode: the on-demand RC connection for rendezvous writes.
 //   kNone ──first write needed (room under the cap)──> kConnecting ──reply──> kReady
 //     ^                                                    │                    │
@@ -60,6 +74,14 @@ struct Peer {
   std::uint32_t remote_index = kNoIndex;  // our index at the peer: src_ep of what we send
   rdmx_ep ep{nullptr, this};
   int ep_refs = 0;
+
+  // RC eager rings (transport/ring.cc): the peer's that we write into, and ours that it writes
+  // into (polled by progress, in sequence order only). We offer ours once the peer has sent us
+  // kRingOfferAfter messages in order (ring_countdown reaches 0; 0 from the start: never).
+  TxRing tx_ring;
+  std::optional<eager::RecvRing> rx_ring;  // a ring of Worker::ring_slab_
+  std::uint32_t ring_countdown = 0;
+  bool ring_offer_due = false;  // our kRingOffer waits for a send resource (flush_peer)
 
   // RC: one QP per size class, attached to our SRQ of that class.
   std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> rc_qp;

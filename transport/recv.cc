@@ -143,6 +143,9 @@ int Worker::progress() {
       run_wr_timers(now_us());
     }
   }
+  if (!ring_peers_.empty()) {
+    events += poll_rings();
+  }
   events += poll_cq(recv_cq_->get(), true);
   if (done_head_ != nullptr) {
     events += run_completions();
@@ -223,6 +226,66 @@ bool Worker::drop_for_test() noexcept {
   rng_ ^= rng_ >> 7;
   rng_ ^= rng_ << 17;
   return static_cast<std::uint32_t>(rng_ >> 32) < drop_threshold_;
+}
+
+// --- eager rings (ring.cc) -------------------------------------------------------------------
+
+int Worker::poll_rings() {
+  int n = 0;
+  for (Peer* p : ring_peers_) {
+    n += poll_ring(*p);
+  }
+  return n;
+}
+
+int Worker::poll_ring(Peer& p) {
+  eager::RecvRing& ring = *p.rx_ring;
+  int n = 0;
+  while (n < kRingPollBatch) {
+    const protocol::RingPeek m = ring.peek();
+    if (m.status != protocol::RingPeek::kReady) [[likely]] {
+      break;  // empty, or still being written
+    }
+    const auto h = protocol::load_wire<protocol::MsgHeader>(m.message);
+    if (protocol::seq_gt(h.seq, p.rx->expected())) {
+      break;  // its turn comes after a message still on a QP: it waits in its slot
+    }
+    const auto kind = static_cast<protocol::MsgKind>(h.kind);
+    if (h.seq != p.rx->expected() || protocol::validate(h, m.length) != protocol::WireError::kOk ||
+        h.src_ep != p.index || kind == protocol::MsgKind::kAck) [[unlikely]] {
+      // Cannot happen with a peer of this version (the check passed, RC does not duplicate).
+      std::fprintf(stderr,
+                   "rdmx: dropped a malformed ring message from %016llx (%u bytes, seq %u, "
+                   "expected %u)\n",
+                   static_cast<unsigned long long>(p.uid), m.length, h.seq, p.rx->expected());
+      ++stat_dropped_malformed_;
+      ring.pop();
+      continue;
+    }
+    if ((h.flags & protocol::kFlagAckValid) != 0) {
+      on_rc_credits(p, h.ack);
+    }
+    if ((h.flags & protocol::kFlagRingAck) != 0) {
+      on_ring_ack(p, h.ring_ack);
+    }
+    const std::byte* body = m.message + protocol::kHeaderSize;
+    deliver_in_order(p, h, body, body + protocol::body_size(kind), kPoolRing, 0);
+    ring.pop();
+    ++n;
+  }
+  if (n == 0) {
+    return 0;
+  }
+  stat_ring_recvs_ += static_cast<std::uint64_t>(n);
+  maybe_grant(p);
+  // Half the ring waits for our ring_ack: it goes out on our next message to the peer, or
+  // (flush_peer, one progress call later) in a kAck.
+  if (ring.unreported() >= ring.slots() / 2 && !p.rc_grant_due) {
+    p.rc_grant_due = true;
+    p.rc_grant_held = false;
+    list_for_flush(p);
+  }
+  return n;
 }
 
 // --- completions ---------------------------------------------------------------------------
@@ -400,14 +463,21 @@ inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, con
     if ((h.flags & protocol::kFlagAckValid) != 0) {
       on_rc_credits(p, h.ack);
     }
+    if ((h.flags & protocol::kFlagRingAck) != 0) {
+      on_ring_ack(p, h.ring_ack);
+    }
     if (kind == protocol::MsgKind::kAck) {
       pool.release(buf);
       return;
     }
+    if (h.seq != p.rx->expected() && p.rx_ring) [[unlikely]] {
+      // The messages before it may be in the peer's ring, placed but not polled yet: take them
+      // first (without this, one placed long enough ago could even be outside the order window).
+      (void)poll_ring(p);
+    }
   }
   const std::byte* payload = msg + protocol::kHeaderSize + protocol::body_size(kind);
   if (h.seq == p.rx->expected()) [[likely]] {
-    (void)p.rx->on_arrival(h.seq, 0);
     if (ud_mode_) {
       p.ud_ack->on_received(now);
       if ((h.flags & protocol::kFlagAckRequest) != 0) {
@@ -415,31 +485,10 @@ inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, con
       }
       list_ud_timer(p);
     }
-    // This message, then those held behind it that are now in order (one deliver() call site,
-    // so that it is inlined once).
-    MsgDesc* held = nullptr;
-    protocol::MsgHeader dh = h;
-    const std::byte* body = msg + protocol::kHeaderSize;
-    std::uint8_t dpool = pid;
-    std::uint32_t dbuf = buf;
-    for (;;) {
-      deliver(p, held, dh, body, payload, dpool, dbuf);
-      const auto cookie = p.rx->pop_ready();
-      if (!cookie) [[likely]] {
-        break;
-      }
-      held = reinterpret_cast<MsgDesc*>(*cookie);
-      dh = protocol::make_header(held->kind);
-      dh.tag = held->tag;
-      dh.aux = held->aux;
-      dh.payload_length = held->length;
-      body = held->body.data();
-      payload = held->data;
-      dpool = held->pool;
-      dbuf = held->buf;
-    }
+    deliver_in_order(p, h, msg + protocol::kHeaderSize, payload, pid, buf);
     if (!ud_mode_) {
       maybe_grant(p);
+      count_for_ring(p);
     }
     return;
   }
@@ -466,6 +515,31 @@ inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, con
   }
 }
 
+inline void Worker::deliver_in_order(Peer& p, const protocol::MsgHeader& h, const std::byte* body,
+                                     const std::byte* payload, std::uint8_t pool,
+                                     std::uint32_t buf) {
+  (void)p.rx->on_arrival(h.seq, 0);
+  // One deliver() call site, so that it is inlined once.
+  MsgDesc* held = nullptr;
+  protocol::MsgHeader dh = h;
+  for (;;) {
+    deliver(p, held, dh, body, payload, pool, buf);
+    const auto cookie = p.rx->pop_ready();
+    if (!cookie) [[likely]] {
+      break;
+    }
+    held = reinterpret_cast<MsgDesc*>(*cookie);
+    dh = protocol::make_header(held->kind);
+    dh.tag = held->tag;
+    dh.aux = held->aux;
+    dh.payload_length = held->length;
+    body = held->body.data();
+    payload = held->data;
+    pool = held->pool;
+    buf = held->buf;
+  }
+}
+
 inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h,
                             const std::byte* body, const std::byte* payload, std::uint8_t pool,
                             std::uint32_t buf) {
@@ -473,7 +547,7 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
   auto release = [&] {
     if (held != nullptr) {
       release_message(held);
-    } else {
+    } else if (pool < kNumPools) {  // a ring slot is cleared by poll_ring
       pools_[pool]->release(buf);
     }
   };
@@ -505,6 +579,10 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
       return;
     case protocol::MsgKind::kBatch:
       deliver_batch(peer, h, payload);
+      release();
+      return;
+    case protocol::MsgKind::kRingOffer:
+      on_ring_offer(peer, protocol::load_wire<protocol::RingBody>(body));
       release();
       return;
     case protocol::MsgKind::kMatchAck: {
@@ -599,8 +677,9 @@ MsgDesc* Worker::keep_message(Peer& peer, const protocol::MsgHeader& h, const st
   if (body_bytes != 0) {
     std::memcpy(d->body.data(), payload - body_bytes, body_bytes);
   }
-  // kHeapPool: bytes in no receive buffer of their own (a batch record), always copied.
-  if (pool != kHeapPool && pools_[pool]->can_hold()) {
+  // kHeapPool: bytes in no receive buffer of their own (a batch record), kPoolRing: in a ring
+  // slot that must be cleared for the next message; both always copied.
+  if (pool < kNumPools && pools_[pool]->can_hold()) {
     // Zero copy: the bytes stay in the receive buffer, a spare buffer is posted in its place.
     d->pool = pool;
     d->buf = buf;
@@ -619,7 +698,7 @@ MsgDesc* Worker::keep_message(Peer& peer, const protocol::MsgHeader& h, const st
   heap_bytes_ += h.payload_length;
   d->data = d->heap;
   d->pool = kHeapPool;
-  if (pool != kHeapPool) {
+  if (pool < kNumPools) {
     pools_[pool]->release(buf);
   }
   return d;

@@ -123,6 +123,10 @@ bool Worker::post_rc_ack(Peer& peer) {
   h.src_ep = peer.remote_index;
   h.flags = protocol::kFlagAckValid;
   h.ack = grant_credits(peer);
+  if (peer.rx_ring) {
+    h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagRingAck);
+    h.ring_ack = peer.rx_ring->taken();
+  }
   eager::SendPool& pool = *threads_[0].send;
   // The reserve: a grant must go out even when data fills the send queue, or both sides could
   // wait for each other's credits.
@@ -136,6 +140,9 @@ bool Worker::post_rc_ack(Peer& peer) {
   const int rc = peer.rc_sq[0].post(pool, wr, post);
   if (rc != 0 && post.buf_class != eager::kNoBuffer) {
     pool.release_unused(0, post.buf);
+  }
+  if (rc == 0 && peer.rx_ring) {
+    peer.rx_ring->reported(h.ring_ack);
   }
   return rc == 0;
 }
@@ -170,8 +177,14 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
                                    std::size_t length) {
   // Bytes after the header: the kind's body (rendezvous messages) and the payload.
   const std::size_t wire = body_length + length;
-  // The receiver's size class, and so the QP (each QP feeds the SRQ of its class).
-  const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
+  const std::size_t total = protocol::kHeaderSize + wire;
+  // Into the peer's eager ring (ring.cc) when it gave us one, the message fits one inline write
+  // and a slot is free; the write goes over QP 0, which small sends use too. Otherwise the
+  // receiver's size class picks the QP (each QP feeds the SRQ of its class).
+  TxRing& ring = peer.tx_ring;
+  const bool to_ring = protocol::ring_image_size(total) <= ring.max_image &&
+                       protocol::ring_free_slots(ring.slots, ring.sent, ring.taken) != 0;
+  const int cls = to_ring || wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = peer.rc_sq[cls];
   // The order guard advances only as sends complete. Unsignalled sends left on the other QP
   // of this peer (no traffic there since) would stall it: flush that QP early.
@@ -189,27 +202,48 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
   eager::SendPool& pool = *threads_[0].send;
   h.seq = peer.rc_guard->next();
   // Every RC message repeats our credit grant for the reverse direction, and carries a grant
-  // that fell due once the SRQs are refilled (maybe_grant).
+  // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring
+  // the peer writes into.
   if (peer.rc_grant_due && !refill_wanted()) {
     (void)grant_credits(peer);
     peer.rc_grant_due = false;
   }
   h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
   h.ack = peer.rc_granted;
-  const std::size_t total = protocol::kHeaderSize + wire;
+  if (peer.rx_ring) {
+    h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagRingAck);
+    h.ring_ack = peer.rx_ring->taken();
+  }
   ibv_sge sge[2];
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND;
   wr.sg_list = sge;
   eager::SendQueue::Post post{
       .kind = protocol::WrKind::kSendInline, .sequenced = true, .seq = h.seq, .peer = &peer};
-  // Header and body side by side, so that inline sends need at most two SGEs.
-  alignas(8) std::byte head[protocol::kHeaderSize + protocol::kMaxBodySize];
+  // Header and body side by side, so that inline sends need at most two SGEs; in the ring case
+  // the whole slot image (message, padding, footer), written inline with one SGE.
+  alignas(8) std::byte head[protocol::kRingMaxSlot];
+  static_assert(protocol::kRingMaxSlot >= protocol::kHeaderSize + protocol::kMaxBodySize);
   protocol::store_wire(head, h);
   if (body_length != 0) {
     std::memcpy(head + protocol::kHeaderSize, body, body_length);
   }
-  if (total <= max_inline_) {
+  if (to_ring) {
+    if (length != 0) {
+      std::memcpy(head + protocol::kHeaderSize + body_length, payload, length);
+    }
+    protocol::ring_seal(head, total);
+    const std::size_t image = protocol::ring_image_size(total);
+    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(head),
+                     .length = static_cast<std::uint32_t>(image),
+                     .lkey = 0};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_INLINE;
+    wr.wr.rdma.remote_addr =
+        ring.addr + std::uint64_t{ring.head} * ring.slot_size + ring.slot_size - image;
+    wr.wr.rdma.rkey = ring.rkey;
+  } else if (total <= max_inline_) {
     // The provider copies header and payload into the WQE: no bounce buffer, no completion
     // needed (selective signalling retires it later).
     sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(head),
@@ -245,10 +279,18 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
     if (rc == EAGAIN) {
       return PostResult::kNoResource;
     }
-    verbs::log_verb_failure("ibv_post_send", rc, "RC eager send");
+    verbs::log_verb_failure("ibv_post_send", rc, to_ring ? "RC eager ring write" : "RC eager send");
     return PostResult::kFailed;
   }
   peer.rc_guard->on_send();
+  if (peer.rx_ring) {
+    peer.rx_ring->reported(h.ring_ack);
+  }
+  if (to_ring) {
+    ring.head = ring.head + 1 == ring.slots ? 0 : ring.head + 1;
+    ++ring.sent;
+    ++stat_ring_sends_;
+  }
   return PostResult::kPosted;
 }
 
@@ -636,6 +678,9 @@ void Worker::flush_peer(Peer& peer) {
       peer.rc_grant_due = false;
     }
   }
+  if (peer.ring_offer_due && !post_ring_offer(peer)) {
+    return;  // what follows needs the same resources
+  }
   std::size_t done = 0;
   for (; done < peer.pending_match_acks.size(); ++done) {
     const PostResult r = post_message(peer, protocol::MsgKind::kMatchAck, 0,
@@ -676,7 +721,7 @@ void Worker::flush_listed_peers() {
     flush_peer(p);
     if (p.state == PeerState::kConnected &&
         (p.pending_head != nullptr || !p.pending_match_acks.empty() || p.rc_grant_due ||
-         p.batch.count() != 0)) {
+         p.ring_offer_due || p.batch.count() != 0)) {
       flush_list_[keep++] = &p;
     } else {
       p.flush_listed = false;

@@ -146,6 +146,7 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   } else {
     peer.rx = std::make_unique<protocol::Sequencer>(kRcOrderWindow);
     peer.rc_guard = std::make_unique<OrderGuard>(kRcOrderWindow);
+    peer.ring_countdown = res_.ring_peers != 0 ? kRingOfferAfter : 0;
   }
   return RDMX_OK;
 }
@@ -373,6 +374,11 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
     if (h.src_ep < peers_.size()) {
       Peer& p = *peers_[h.src_ep];
       if (p.have_address && p.address.ctrl_qpn == wc.src_qp) {
+        // What it wrote into our eager ring before leaving (a match-ack, say) was placed before
+        // this message came: take it first, as the receive CQ orders its SRQ messages.
+        if (p.rx_ring) {
+          (void)poll_ring(p);
+        }
         fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed", /*dead=*/false);
       }
     }

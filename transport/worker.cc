@@ -517,6 +517,15 @@ void Worker::teardown() noexcept {
   }
   ud_qp_ = {};
   ctrl_qp_.reset();
+  // No peer can write into our eager rings any more.
+  for (auto& p : peers_) {
+    p->rx_ring.reset();
+  }
+  ring_peers_.clear();
+  if (ring_slab_ && ring_slab_->destroy() != 0) {
+    ++report.destroy_errors;
+  }
+  ring_slab_.reset();
   // No write can read or land any more: drop the rendezvous registrations, then the cache's
   // MRs (before the PD).
   if (rndv_) {
@@ -660,6 +669,10 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.rc_retired = stat_rc_retired_;
   s.coalesced_msgs = stat_coalesced_msgs_;
   s.coalesced_batches = stat_coalesced_batches_;
+  s.ring_sends = stat_ring_sends_;
+  s.ring_recvs = stat_ring_recvs_;
+  s.ring_peers = ring_peers_.size();
+  s.ring_mem_bytes = ring_slab_ ? ring_slab_->registered_bytes() : 0;
   *out = s;
 }
 
@@ -719,6 +732,13 @@ void Worker::dump() const {
       std::fprintf(stderr, " guard next %u oldest %u sq %u/%u completions %llu",
                    p->rc_guard->next(), p->rc_guard->oldest(), p->rc_sq[0].outstanding(),
                    p->rc_sq[1].outstanding(), static_cast<unsigned long long>(p->rc_completions));
+    }
+    if (p->tx_ring.slots != 0) {
+      std::fprintf(stderr, " ring out %u/%u taken", p->tx_ring.sent, p->tx_ring.taken);
+    }
+    if (p->rx_ring) {
+      std::fprintf(stderr, " ring in %u taken %u unreported", p->rx_ring->taken(),
+                   p->rx_ring->unreported());
     }
     std::fprintf(stderr, "\n");
   }

@@ -63,6 +63,14 @@ inline constexpr std::uint8_t kPoolSmall = 0;
 inline constexpr std::uint8_t kPoolLarge = 1;
 inline constexpr std::uint8_t kPoolCtrl = 2;
 inline constexpr int kNumPools = 3;
+// Not a pool: a message read from a peer's eager ring (ring.cc); held or unexpected ones are
+// copied out, the ring slot is cleared once the message is delivered.
+inline constexpr std::uint8_t kPoolRing = 0xfe;
+
+// RC eager rings (ring.cc): a peer gets one after this many messages in order (openib's
+// eager_rdma_threshold was 16), and a progress call takes at most kRingPollBatch per ring.
+inline constexpr std::uint32_t kRingOfferAfter = 16;
+inline constexpr int kRingPollBatch = 16;
 
 // Queue sizes (see README "Defaults").
 inline constexpr std::uint32_t kRcSendDepth = 128;  // WRs per RC QP for messages
@@ -302,6 +310,27 @@ class Worker {
   void handle_async_events();
   bool drop_for_test() noexcept;
 
+  // --- RC eager rings (ring.cc, protocol/ring.h)
+  void offer_ring(Peer& peer);
+  bool post_ring_offer(Peer& peer);  // false: no send resource now, flush_peer retries
+  void on_ring_offer(Peer& peer, const protocol::RingBody& body);
+  int poll_rings();
+  int poll_ring(Peer& peer);
+  // The peer says how many messages it took from its ring.
+  static void on_ring_ack(Peer& peer, std::uint32_t taken) noexcept {
+    peer.tx_ring.taken = protocol::ring_newer(peer.tx_ring.taken, taken);
+  }
+  // One more message from the peer in order: offer it a ring once it has sent kRingOfferAfter.
+  void count_for_ring(Peer& peer) {
+    if (peer.ring_countdown != 0 && --peer.ring_countdown == 0) [[unlikely]] {
+      offer_ring(peer);
+    }
+  }
+  // A message that arrived in order, then those held behind it that are now in order.
+  [[gnu::always_inline]] void deliver_in_order(Peer& peer, const protocol::MsgHeader& header,
+                                               const std::byte* body, const std::byte* payload,
+                                               std::uint8_t pool, std::uint32_t buf);
+
   // --- rendezvous (rndv.cc): the glue between the transport and rendezvous::Engine
   class RndvHooks;  // the engine's rendezvous::Transport
   void setup_rendezvous();
@@ -359,6 +388,8 @@ class Worker {
   std::optional<verbs::CompletionQueue> send_cq_;
   std::optional<verbs::CompletionQueue> recv_cq_;
   std::array<std::unique_ptr<eager::SrqPool>, kNumPools> pools_;
+  // The memory of every eager ring we give (ring.cc), registered on the first offer.
+  std::unique_ptr<eager::RingSlab> ring_slab_;
   std::vector<ThreadCtx> threads_;
   std::unique_ptr<verbs::QueuePair> ctrl_qp_;
   eager::SendQueue ctrl_sq_;
@@ -376,6 +407,7 @@ class Worker {
   std::vector<std::unique_ptr<verbs::QueuePair>> wr_retired_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<std::uint64_t, std::uint32_t> peer_by_uid_;
+  std::vector<Peer*> ring_peers_;  // peers we gave a ring (ring i of the slab), polled by progress
 
   AddressBytes address_bytes_{};
   protocol::TagMatcher matcher_;
@@ -426,6 +458,8 @@ class Worker {
   std::uint64_t stat_rc_retired_ = 0;
   std::uint64_t stat_coalesced_msgs_ = 0;
   std::uint64_t stat_coalesced_batches_ = 0;
+  std::uint64_t stat_ring_sends_ = 0;
+  std::uint64_t stat_ring_recvs_ = 0;
 };
 
 // --- requests: every send and receive passes through these, so they are inline.

@@ -92,6 +92,16 @@ typedef struct rdmx_config {
   uint32_t coalesce;          /* RDMX_COALESCE: 1 (default) packs small standard sends posted
                                  back to back to one peer, with no progress call between them,
                                  into one packet; 0 sends each alone */
+  /* RC mode, the RDMA-write eager ring: a peer that has sent this worker a few messages is given
+   * a ring of ring_slots slots of ring_slot_size bytes in this worker's memory, and writes its
+   * small messages (header included, up to ring_slot_size - 8 bytes and the device's inline
+   * size) straight into it: no receive buffer, no completion at the receiver. */
+  uint32_t ring_peers;        /* RDMX_RING_PEERS: rings given at most; their memory, ring_peers
+                                 x ring_slots x ring_slot_size (256 KiB by default), is
+                                 registered at once when the first is given; 0: no rings */
+  uint32_t ring_slots;        /* RDMX_RING_SLOTS: slots per ring, 2..1024 */
+  uint32_t ring_slot_size;    /* RDMX_RING_SLOT_SIZE: bytes per slot, a multiple of 8 in
+                                 64..4096 */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);
@@ -217,6 +227,12 @@ typedef struct rdmx_stats {
   /* Coalescing (rdmx_config_t.coalesce). */
   uint64_t coalesced_msgs;       /* standard sends that left packed with others */
   uint64_t coalesced_batches;    /* packets that carried them */
+  /* The RDMA-write eager ring (RC; rdmx_config_t.ring_peers). */
+  uint64_t ring_sends;           /* messages written into peers' rings */
+  uint64_t ring_recvs;           /* messages taken from this worker's rings */
+  uint64_t ring_peers;           /* rings this worker gave to peers */
+  uint64_t ring_mem_bytes;       /* registered memory of the rings, 0 until the first is given
+                                    (not in recv_mem_bytes) */
 } rdmx_stats_t;
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);

@@ -107,6 +107,9 @@ typedef struct mca_mtl_rdmx_params {
   size_t rndv_thresh;
   unsigned int peer_timeout_ms;
   unsigned int coalesce;
+  unsigned int ring_peers;
+  unsigned int ring_slots;
+  unsigned int ring_slot_size;
   int print_stats; /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
 } mca_mtl_rdmx_params_t;
 

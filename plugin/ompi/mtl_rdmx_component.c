@@ -74,6 +74,9 @@ enum {
   P_RNDV_THRESH,
   P_PEER_TIMEOUT,
   P_COALESCE,
+  P_RING_PEERS,
+  P_RING_SLOTS,
+  P_RING_SLOT_SIZE,
   P_COUNT
 };
 
@@ -153,6 +156,23 @@ static const param_t params[P_COUNT] = {
                     "when it is full; 0: each leaves alone (RDMX_COALESCE)",
                     MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
                     &ompi_mtl_rdmx_params.coalesce},
+    [P_RING_PEERS] = {"ring_peers", "RDMX_RING_PEERS",
+                      "rc: peers at most that get an RDMA-write eager ring of this process's "
+                      "memory after sending it 16 messages; they write small messages straight "
+                      "into it (lower latency than a send into the SRQ); 0: none "
+                      "(RDMX_RING_PEERS)",
+                      MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+                      &ompi_mtl_rdmx_params.ring_peers},
+    [P_RING_SLOTS] = {"ring_slots", "RDMX_RING_SLOTS",
+                      "Slots per eager ring, 2..1024 (RDMX_RING_SLOTS)",
+                      MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
+                      &ompi_mtl_rdmx_params.ring_slots},
+    [P_RING_SLOT_SIZE] = {"ring_slot_size", "RDMX_RING_SLOT_SIZE",
+                          "Bytes per eager ring slot (a message with its 32-byte header and 8 "
+                          "bytes of footer; also capped by the device's inline size), a multiple "
+                          "of 8 in 64..4096 (RDMX_RING_SLOT_SIZE)",
+                          MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
+                          &ompi_mtl_rdmx_params.ring_slot_size},
 };
 static int param_index[P_COUNT];
 
@@ -192,6 +212,9 @@ static int component_register(void) {
   p->rndv_thresh = d.rndv_thresh;
   p->peer_timeout_ms = d.peer_timeout_ms;
   p->coalesce = d.coalesce;
+  p->ring_peers = d.ring_peers;
+  p->ring_slots = d.ring_slots;
+  p->ring_slot_size = d.ring_slot_size;
 
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "priority",
@@ -215,7 +238,8 @@ static int component_register(void) {
       &mca_mtl_rdmx_component.mtl_version, "print_stats",
       "At MPI_Finalize, before the endpoints go, print one line per process on stderr with rdmx's "
       "counters: 'mtl rdmx stats: rank R transport rc|ud recv_mem_bytes N num_qps N srq_posted N "
-      "unexpected N ud_retransmits N coalesced_msgs N coalesced_batches N' (also RDMX_STATS=1)",
+      "unexpected N ud_retransmits N coalesced_msgs N coalesced_batches N ring_sends N "
+      "ring_recvs N ring_peers N ring_mem_bytes N' (also RDMX_STATS=1)",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
   return OMPI_SUCCESS;
@@ -311,6 +335,9 @@ static void apply_mca(rdmx_config_t* c) {
   if (mca_explicit(P_RNDV_THRESH, NULL)) c->rndv_thresh = p->rndv_thresh;
   if (mca_explicit(P_PEER_TIMEOUT, NULL)) c->peer_timeout_ms = p->peer_timeout_ms;
   if (mca_explicit(P_COALESCE, NULL)) c->coalesce = p->coalesce;
+  if (mca_explicit(P_RING_PEERS, NULL)) c->ring_peers = p->ring_peers;
+  if (mca_explicit(P_RING_SLOTS, NULL)) c->ring_slots = p->ring_slots;
+  if (mca_explicit(P_RING_SLOT_SIZE, NULL)) c->ring_slot_size = p->ring_slot_size;
   if (mca_explicit(P_VERBOSE, NULL)) c->verbose = p->verbose;
 }
 
@@ -422,6 +449,12 @@ static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
                       origin(P_RNDV_THRESH, o[1], 96), c->small_buf_size,
                       origin(P_SMALL_BUF, o[2], 96), c->large_buf_size,
                       origin(P_LARGE_BUF, o[3], 96));
+  opal_output_verbose(1, ompi_mtl_rdmx_output,
+                      "mtl rdmx: eager rings (rc only) for %u peers [%s] of %u slots [%s] x %u B "
+                      "[%s]",
+                      c->ring_peers, origin(P_RING_PEERS, o[0], 96), c->ring_slots,
+                      origin(P_RING_SLOTS, o[1], 96), c->ring_slot_size,
+                      origin(P_RING_SLOT_SIZE, o[2], 96));
   opal_output_verbose(1, ompi_mtl_rdmx_output,
                       "mtl rdmx: srq depth %u [%s], low watermark %u [%s] (0: depth / 4)",
                       c->srq_depth, origin(P_SRQ_DEPTH, o[0], 96), c->srq_low_watermark,

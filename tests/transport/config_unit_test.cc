@@ -56,7 +56,8 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
       {"RDMX_LARGE_BUF", "16k"},     {"RDMX_SRQ_DEPTH", "100"},    {"RDMX_SRQ_LOW_WATERMARK", "7"},
       {"RDMX_EAGER_LIMIT", "4K"},    {"RDMX_RNDV_THRESH", "1m"},   {"RDMX_UID", "0x1234"},
       {"RDMX_UD_DROP_RATE", "0.05"}, {"RDMX_UD_RTO_US", "777"},    {"RDMX_PEER_TIMEOUT_MS", "1500"},
-      {"RDMX_VERBOSE", "2"},         {"RDMX_MAX_RC_PEERS", "3"}};
+      {"RDMX_VERBOSE", "2"},         {"RDMX_MAX_RC_PEERS", "3"},   {"RDMX_COALESCE", "0"},
+      {"RDMX_RING_PEERS", "4"},      {"RDMX_RING_SLOTS", "8"},     {"RDMX_RING_SLOT_SIZE", "1k"}};
   std::string err;
   ASSERT_EQ(apply_env(&c, lookup, const_cast<Env*>(&env), &err), RDMX_OK) << err;
   EXPECT_STREQ(c.device, "rxe7");
@@ -76,6 +77,10 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
   EXPECT_EQ(c.peer_timeout_ms, 1500u);
   EXPECT_EQ(c.verbose, 2);
   EXPECT_EQ(c.max_rc_peers, 3u);
+  EXPECT_EQ(c.coalesce, 0u);
+  EXPECT_EQ(c.ring_peers, 4u);
+  EXPECT_EQ(c.ring_slots, 8u);
+  EXPECT_EQ(c.ring_slot_size, 1024u);
 }
 
 TEST(Config, RendezvousThresholdNeverAboveTheEagerLimitPlusOne) {
@@ -214,6 +219,27 @@ TEST(Config, ResolveRejectsNonsense) {
   c = defaults();
   c.uid = RDMX_ANY_SOURCE;
   EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_ERR_INVALID_PARAM);
+  c = defaults();
+  c.ring_slot_size = 500;  // not a multiple of 8
+  EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_ERR_INVALID_PARAM);
+  EXPECT_NE(err.find("RDMX_RING_SLOT_SIZE"), std::string::npos) << err;
+  c.ring_peers = 0;  // off: the geometry does not matter
+  EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.ring_peers, 0u);
+}
+
+TEST(Config, RingsOnlyOverRc) {
+  std::string err;
+  Resolved r;
+  rdmx_config_t c = defaults();
+  c.transport = RDMX_TRANSPORT_RC;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.ring_peers, kDefaultRingPeers);
+  EXPECT_EQ(r.ring_slots, kDefaultRingSlots);
+  EXPECT_EQ(r.ring_slot_size, kDefaultRingSlotSize);
+  c.transport = RDMX_TRANSPORT_UD;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.ring_peers, 0u);
 }
 
 TEST(Config, DerivedUidsDiffer) {

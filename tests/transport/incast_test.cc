@@ -8,7 +8,9 @@
 // both transports: limit events and refills are counted and must be non-zero.
 // Each transport runs twice: with coalescing off (one receive buffer per message: the SRQ stress
 // the test is for) and on (the default: senders pack their bursts, so the receiver consumes
-// fewer buffers than messages, and UD loses and resends whole batches).
+// fewer buffers than messages, and UD loses and resends whole batches). The first gives no
+// eager ring (RDMX_RING_PEERS=0: every message through the SRQ), the second runs the defaults,
+// where each RC sender writes into a ring of the receiver as well (until it is full).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -119,6 +121,9 @@ void receiver(Rank& rank, Session& s, int n, rdmx_transport_t t, bool coalesce) 
       static_cast<unsigned long long>(st.unexpected),
       static_cast<unsigned long long>(st.ud_retransmits),
       static_cast<unsigned long long>(st.rnr_naks));
+  std::printf("receiver (%s): %llu messages through %llu eager rings\n",
+              t == RDMX_TRANSPORT_RC ? "rc" : "ud", static_cast<unsigned long long>(st.ring_recvs),
+              static_cast<unsigned long long>(st.ring_peers));
   std::fflush(stdout);  // a failing rank exits without flushing
   RDMX_CHECK(rank, st.srq_refills > 0);
   RDMX_CHECK(rank, st.srq_limit_events > 0);
@@ -167,6 +172,9 @@ TEST_P(Incast, EightSendersIntoATinySrq) {
             rank, dev, t,
             [&](rdmx_config_t& c) {
               c.coalesce = coalesce ? 1 : 0;
+              if (!coalesce) {
+                c.ring_peers = 0;
+              }
               if (rank.rank() == 0) {
                 const int depth = env_int("RDMX_TEST_INCAST_SRQ", 16);
                 c.srq_depth = static_cast<std::uint32_t>(depth);

@@ -26,12 +26,14 @@ TEST(Wire, HeaderBytesAreLittleEndianAtDocumentedOffsets) {
   h.payload_length = 0x0c0b0a09;
   h.tag = 0x1817161514131211;
   h.aux = 0x1c1b1a19;
+  h.ring_ack = 0x201f1e1d;
+  h.flags = static_cast<std::uint16_t>(h.flags | kFlagRingAck);
   std::array<std::byte, kHeaderSize> raw{};
   store_wire(raw.data(), h);
   const std::array<std::uint8_t, kHeaderSize> expected = {
-      kWireVersion, 2,    0x03, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+      kWireVersion, 2,    0x07, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
       0x08,         0x09, 0x0a, 0x0b, 0x0c, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16,
-      0x17,         0x18, 0x19, 0x1a, 0x1b, 0x1c, 0,    0,    0,    0};
+      0x17,         0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20};
   for (std::size_t i = 0; i < kHeaderSize; ++i) {
     EXPECT_EQ(static_cast<std::uint8_t>(raw[i]), expected[i]) << "byte " << i;
   }
@@ -55,6 +57,22 @@ TEST(Wire, CtsBodyLayout) {
   const auto back = load_wire<CtsBody>(raw.data());
   EXPECT_EQ(back.remote_addr, cts.remote_addr);
   EXPECT_EQ(back.rkey, cts.rkey);
+}
+
+TEST(Wire, RingOfferBodyLayout) {
+  const RingBody b{
+      .addr = 0x1122334455667788, .rkey = 0xa1a2a3a4, .slots = 32, .slot_size = 512, .reserved = 0};
+  std::array<std::byte, sizeof(RingBody)> raw{};
+  store_wire(raw.data(), b);
+  EXPECT_EQ(static_cast<std::uint8_t>(raw[0]), 0x88);
+  EXPECT_EQ(static_cast<std::uint8_t>(raw[8]), 0xa4);
+  EXPECT_EQ(static_cast<std::uint8_t>(raw[12]), 32);
+  EXPECT_EQ(static_cast<std::uint8_t>(raw[17]), 2);  // 512 = 0x0200
+  // An offer is ordered with the data (the sender uses the ring for what it sends after it).
+  EXPECT_TRUE(is_sequenced(MsgKind::kRingOffer));
+  EXPECT_FALSE(carries_payload(MsgKind::kRingOffer));
+  EXPECT_FALSE(is_tagged(MsgKind::kRingOffer));
+  EXPECT_EQ(body_size(MsgKind::kRingOffer), sizeof(RingBody));
 }
 
 TEST(Wire, RendezvousDataAndFinBodies) {
