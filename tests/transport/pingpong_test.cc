@@ -55,13 +55,16 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
           ? std::min<std::size_t>(
                 {defaults.large_buf_size, defaults.eager_limit, defaults.rndv_thresh - 1})
           : 0;
-  // Both ranks send one byte with `tag` and wait for the peer's: a two-way barrier.
+  // Both ranks send one byte with `tag` and wait for the peer's: a two-way barrier. The send
+  // flushes: both waits can complete without a progress call (the peer's byte may be here
+  // already), and the rank then blocks out of band, so a send coalesced behind the last probe
+  // would never leave (the peer then waited 30 s for it, about one run in five).
   auto exchange_byte = [&](std::uint64_t tag, const std::string& what) {
     rdmx_request_t sreq, rreq;
     std::uint8_t out = 1, in = 0;
     RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &in, 1, RDMX_ANY_SOURCE, tag, ~std::uint64_t{0}, &rreq,
                                       nullptr, nullptr));
-    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, tag, 0, &sreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &out, 1, tag, RDMX_SEND_FLUSH, &sreq, nullptr, nullptr));
     RDMX_CHECK_OK(rank, wait_request(rank, w, &sreq, nullptr, (what + " send").c_str()));
     RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, nullptr, (what + " receive").c_str()));
   };
