@@ -11,8 +11,10 @@
 //   bw    the client posts a window of non-blocking sends, waits for them and for the
 //         receiver's 4-byte ack of the window; MB/s with MB = 10^6 bytes (osu_bw)
 //   rate  as bw, in messages per second; 8-byte messages unless -m says otherwise
-//   -P N  memory: the client's registered receive memory (rdmx_stats_t.recv_mem_bytes) and QP
-//         count with 0, 1, 2, 4 ... N connected peers (N server workers in one process)
+//   -P N  memory: the client's registered receive memory (rdmx_stats_t.recv_mem_bytes, and
+//         ring_mem_bytes for the RC eager rings) and QP count with 0, 1, 2, 4 ... N connected
+//         peers (N server workers in one process); each peer's wire-up is kWireupRounds round
+//         trips, enough for the client to give it an eager ring (RC)
 //
 // Sizes are powers of two from -m MIN up to MAX (default: the eager limit). Above the eager limit
 // (or from RDMX_RNDV_THRESH) messages go by rendezvous. The eager limit is the config's
@@ -75,6 +77,9 @@ const char* test_name(Test t) {
 
 // Tags, matched with a full mask. The low bits of kTagConn carry the server worker's index.
 constexpr std::uint64_t kTagConn = 0x52444d5800000000ull;
+// Round trips of a worker's wire-up: more than the messages after which an RC receiver gives a
+// peer an eager ring (transport's kRingOfferAfter, 16), so -P shows the rings' memory too.
+constexpr int kWireupRounds = 20;
 constexpr std::uint64_t kTagProbe = 0x52444d5900000000ull;
 constexpr std::uint64_t kTagLat = 0x52444d5a00000001ull;
 constexpr std::uint64_t kTagBw = 0x52444d5a00000002ull;
@@ -378,6 +383,12 @@ class Server {
     if (first + count > workers_.size()) {
       die("server: connect %zu+%zu of %zu workers", first, count, workers_.size());
     }
+    for (int round = 0; round < kWireupRounds; ++round) {
+      wire_up_round(first, count);
+    }
+  }
+
+  void wire_up_round(std::size_t first, std::size_t count) {
     std::vector<rdmx_request_t> r(count), s(count);
     std::vector<char> in(8), out(8);
     for (std::size_t j = 0; j < count; ++j) {
@@ -580,19 +591,21 @@ class Client {
     ch_.send(Msg{.op = Op::kConnect, .arg = {first, count, 0, 0}});
     std::vector<rdmx_request_t> r(count), s(count);
     std::vector<char> in(8), out(8);
-    for (std::size_t j = 0; j < count; ++j) {
-      const std::size_t i = first + j;
-      if (eps_[i] == nullptr) {
-        check(rdmx_ep_create(worker_, blobs_[i].data(), blobs_[i].size(), &eps_[i]),
-              "rdmx_ep_create");
+    for (int round = 0; round < kWireupRounds; ++round) {
+      for (std::size_t j = 0; j < count; ++j) {
+        const std::size_t i = first + j;
+        if (eps_[i] == nullptr) {
+          check(rdmx_ep_create(worker_, blobs_[i].data(), blobs_[i].size(), &eps_[i]),
+                "rdmx_ep_create");
+        }
+        post_recv(worker_, in.data(), in.size(), kTagConn | i, &r[j]);
+        // Synchronous: completes once the server worker has matched it, so both directions of
+        // the connection are up.
+        post_send(eps_[i], out.data(), out.size(), kTagConn | i, RDMX_SEND_SYNC, &s[j]);
       }
-      post_recv(worker_, in.data(), in.size(), kTagConn | i, &r[j]);
-      // Synchronous: completes once the server worker has matched it, so both directions of
-      // the connection are up.
-      post_send(eps_[i], out.data(), out.size(), kTagConn | i, RDMX_SEND_SYNC, &s[j]);
+      waiter().wait_all(s, count, "wire-up send");
+      waiter().wait_all(r, count, "wire-up receive");
     }
-    waiter().wait_all(s, count, "wire-up send");
-    waiter().wait_all(r, count, "wire-up receive");
     (void)ch_.recv(kCtrlTimeoutMs, Op::kDone);
   }
 
@@ -927,23 +940,25 @@ class Client {
         "# rdmx_perf peers: client worker with N connected peers (%u server workers in one "
         "process), transport %s\n",
         o_.peers, ud ? "ud" : "rc");
-    std::printf("# Peers    recv_mem_bytes   num_qps     RSS (KiB)\n");
+    std::printf("# Peers    recv_mem_bytes  ring_mem_bytes   num_qps     RSS (KiB)\n");
     for (const StatsRow& r : rows) {
-      std::printf("%-8u%16" PRIu64 "%10" PRIu64 "%14" PRIu64 "\n", r.peers, r.stats.recv_mem_bytes,
-                  r.stats.num_qps, r.rss);
+      std::printf("%-8u%16" PRIu64 "%16" PRIu64 "%10" PRIu64 "%14" PRIu64 "\n", r.peers,
+                  r.stats.recv_mem_bytes, r.stats.ring_mem_bytes, r.stats.num_qps, r.rss);
     }
     const StatsRow& one = rows[1];
     const StatsRow& last = rows.back();
     const auto extra_peers = static_cast<std::int64_t>(last.peers - one.peers);
-    const auto mem_growth = static_cast<std::int64_t>(last.stats.recv_mem_bytes) -
-                            static_cast<std::int64_t>(one.stats.recv_mem_bytes);
+    const auto registered = [](const StatsRow& r) {
+      return static_cast<std::int64_t>(r.stats.recv_mem_bytes + r.stats.ring_mem_bytes);
+    };
+    const auto mem_growth = registered(last) - registered(one);
     const auto qp_growth = static_cast<std::int64_t>(last.stats.num_qps) -
                            static_cast<std::int64_t>(one.stats.num_qps);
     const bool mem_ok = mem_growth == 0;
     const bool qp_ok = ud ? qp_growth == 0 : true;
     std::printf(
-        "# from 1 to %u peers: recv_mem_bytes %+" PRId64 " B, num_qps %+" PRId64
-        " (%.1f per added peer)%s\n",
+        "# from 1 to %u peers: registered receive memory (SRQs + rings) %+" PRId64
+        " B, num_qps %+" PRId64 " (%.1f per added peer)%s\n",
         last.peers, mem_growth, qp_growth,
         extra_peers > 0 ? static_cast<double>(qp_growth) / static_cast<double>(extra_peers) : 0.0,
         ud ? "" : ": RC grows by QP state only");

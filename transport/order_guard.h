@@ -2,7 +2,9 @@
 // per peer, and over RC a peer's two QPs (one per size class) are not ordered with respect to
 // each other. A message with Seq s is posted only while every message up to s - window has
 // completed at the sender: its completion means the receiver placed it, so the receiver has seen
-// it (its receive CQ is ordered) before s can arrive, and s is at most window - 1 ahead.
+// it (its receive CQ is ordered) before s can arrive, and s is at most window - 1 ahead. A
+// message placed in the receiver's eager ring is not in that CQ: the receiver drains the peer's
+// ring before it holds an early SRQ message (recv.cc), which restores the argument.
 //
 // Pure logic (unit-tested). Not thread-safe.
 #pragma once

@@ -232,8 +232,9 @@ bool Worker::drop_for_test() noexcept {
 
 int Worker::poll_rings() {
   int n = 0;
-  for (Peer* p : ring_peers_) {
-    n += poll_ring(*p);
+  // By index: a ring given while we deliver (it never is today) must not invalidate the loop.
+  for (std::size_t i = 0; i < ring_peers_.size(); ++i) {
+    n += poll_ring(*ring_peers_[i]);
   }
   return n;
 }

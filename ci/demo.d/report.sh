@@ -107,7 +107,8 @@ EOF
 
 # ---- scale figures --------------------------------------------------------------------------
 # From mpi_footprint's "# summary" line per run; the MTL's own rdmx_stats_t line
-# (`mtl rdmx stats: ... recv_mem_bytes N num_qps N`) when the MTL prints it.
+# (`mtl rdmx stats: ... recv_mem_bytes N num_qps N ... ring_mem_bytes N`) when the MTL prints
+# it: the registered receive memory is the SRQs' plus the eager rings' (RC).
 scale() {
   local rows=$out/data/footprint.txt f s n
   : >"$rows"
@@ -123,10 +124,12 @@ scale() {
         while ((getline line < errf) > 0) {
           if (line !~ /rdmx stats/) continue
           k = split(line, a, " ")
+          mem = ""
           for (i = 1; i < k; ++i) {
-            if (a[i] == "recv_mem_bytes" && a[i + 1] + 0 > rm + 0) rm = a[i + 1]
+            if (a[i] == "recv_mem_bytes" || a[i] == "ring_mem_bytes") mem = mem + a[i + 1]
             if (a[i] == "num_qps" && a[i + 1] + 0 > rq + 0) rq = a[i + 1]
           }
+          if (mem != "" && mem + 0 > rm + 0) rm = mem
         }
         if (q == "") q = "fail"
         print st, np, q, (m == "" ? "fail" : m), (r == "" ? "fail" : r), (rm == "" ? "-" : rm), (rq == "" ? "-" : rq)

@@ -39,11 +39,13 @@ std::vector<std::uint8_t> contents(int i, std::size_t len) {
 }
 
 // Sends `n` messages of size_of(i) to the peer in one stream (every `window` a wait for all of
-// them), then the peer receives them with one tag in order.
+// them; the last of a window flushes what coalescing packed, since the sender may block out of
+// band next), then the peer receives them with one tag in order.
 template <class SizeOf, class FlagsOf>
 void stream(Rank& rank, Session& s, int n, int window, SizeOf size_of, FlagsOf flags_of,
             bool receives_first) {
   const int peer = 1 - rank.rank();
+  constexpr unsigned flush = RDMX_SEND_FLUSH;
   if (rank.rank() == 1) {
     std::vector<std::vector<std::uint8_t>> bufs(static_cast<std::size_t>(window));
     std::vector<rdmx_request_t> reqs(static_cast<std::size_t>(window));
@@ -53,7 +55,7 @@ void stream(Rank& rank, Session& s, int n, int window, SizeOf size_of, FlagsOf f
         auto& b = bufs[static_cast<std::size_t>(k)];
         b = contents(base + k, size_of(base + k));
         RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[static_cast<std::size_t>(peer)], b.data(), b.size(),
-                                          kTag, flags_of(base + k),
+                                          kTag, flags_of(base + k) | (k + 1 == m ? flush : 0u),
                                           &reqs[static_cast<std::size_t>(k)], nullptr, nullptr));
       }
       for (int k = 0; k < m; ++k) {
@@ -118,8 +120,10 @@ TEST_P(Ring, EveryPathMixedArrivesOnceInOrderWithItsBytes) {
       if (rank.rank() == from) {
         const auto b = contents(i, 8);
         rdmx_request_t r;
-        RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[static_cast<std::size_t>(1 - from)], b.data(),
-                                          b.size(), kTag + 1, 0, &r, nullptr, nullptr));
+        // Flushed: the rank blocks in the barrier next, without a progress call.
+        RDMX_CHECK_OK(rank,
+                      rdmx_tag_send(s.eps[static_cast<std::size_t>(1 - from)], b.data(), b.size(),
+                                    kTag + 1, RDMX_SEND_FLUSH, &r, nullptr, nullptr));
         RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "ping"));
       } else {
         std::uint8_t in[8] = {};
