@@ -25,6 +25,7 @@
 // so the SRQ credit scheme stays as it was. Memory: one slab of ring_peers rings, registered at
 // the first offer (a constant, whatever the number of peers); rings are given on first come and
 // live as long as the worker (the slab's MR goes after the QPs, before the PD).
+#include <algorithm>
 #include <cstdio>
 #include <new>
 
@@ -47,10 +48,14 @@ void Worker::offer_ring(Peer& p) {
       ring_slab_ = std::make_unique<eager::RingSlab>(*pd_, res_.ring_peers, res_.ring_slots,
                                                      res_.ring_slot_size);
     } catch (const verbs::Error& e) {
-      std::fprintf(stderr,
-                   "rdmx: no eager rings (%s): small messages keep using the SRQs; raise "
-                   "`ulimit -l` or set RDMX_RING_PEERS=0\n",
-                   e.what());
+      // A fallback, not an error (as for a rendezvous buffer that cannot be registered): said
+      // when verbose.
+      if (config_.verbose >= 1) {
+        std::fprintf(stderr,
+                     "rdmx: no eager rings (%s): small messages keep using the SRQs; raise "
+                     "`ulimit -l` or set RDMX_RING_PEERS=0\n",
+                     e.what());
+      }
       res_.ring_peers = 0;  // asked once
       return;
     } catch (const std::bad_alloc&) {

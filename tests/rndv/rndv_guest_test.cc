@@ -5,10 +5,7 @@
 // counter, the copy path under a small `ulimit -l`, and (UD) the cap on on-demand RC connections.
 // Every case runs over RC and UD, on one device and on two (`ci/softroce/run --devices 2`).
 #include <gtest/gtest.h>
-#include <linux/capability.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -555,20 +552,6 @@ TEST_P(Rndv, CancelOnlyBeforeTheMatch) {
     RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, nullptr, "receive"));
     RDMX_CHECK_CONTENTS(rank, dst.data(), n, 3);
   });
-}
-
-// Drops CAP_IPC_LOCK (root pins without limit otherwise) and lowers RLIMIT_MEMLOCK, so that
-// registering a large buffer fails as it does for a user with a small `ulimit -l`.
-bool limit_pinning(std::size_t bytes) {
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2]{};
-  if (syscall(SYS_capget, &hdr, data) != 0) {
-    return false;
-  }
-  data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-  data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
-  const rlimit lim{bytes, bytes};
-  return syscall(SYS_capset, &hdr, data) == 0 && setrlimit(RLIMIT_MEMLOCK, &lim) == 0;
 }
 
 // The receiver (first round) and then the sender (second round) cannot pin the message (larger

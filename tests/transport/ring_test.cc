@@ -5,7 +5,8 @@
 //   arrival; the counters prove the ring carried some and the SRQs the others;
 // - a two-slot ring of 64-byte slots (at most 24 bytes of payload) wraps a thousand times in a
 //   ping-pong, runs full in streams (senders fall back to the SRQs) and still keeps order;
-// - a worker gives at most ring_peers rings; ring_peers = 0 and UD give none;
+// - a worker gives at most ring_peers rings; ring_peers = 0 and UD give none; a ring slab that
+//   cannot be registered (`ulimit -l`) leaves every message on the SRQs, and nothing else;
 // - teardown with rings: every wr_id back, no destroy error (close_session).
 #include <gtest/gtest.h>
 
@@ -282,6 +283,33 @@ TEST_F(RingGeometry, AWorkerGivesAtMostRingPeersRings) {
       RDMX_CHECK(rank, st.srq_consumed > 2 * 200);
     }
     quiesce(rank, s);
+    close_session(rank, s);
+  }));
+}
+
+// The rings' slab (16 rings of 1024 slots of 4 KiB: 64 MiB) is beyond the receiver's pinning
+// limit, its SRQs are not: the offer is never made, every message takes the SRQ path, in order.
+TEST_F(RingGeometry, UnregistrableSlabLeavesTheSrqs) {
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    if (rank.rank() == 0 && !limit_pinning(48u << 20)) {
+      rank.fail(__FILE__, __LINE__, "cannot drop CAP_IPC_LOCK / lower RLIMIT_MEMLOCK");
+    }
+    Session s =
+        open_session(rank, device_for(rank.rank(), false), RDMX_TRANSPORT_RC, [](rdmx_config_t& c) {
+          c.ring_slots = 1024;
+          c.ring_slot_size = 4096;
+        });
+    stream(
+        rank, s, 300, 1, [](int i) -> std::size_t { return 8 + i % 100; }, [](int) { return 0u; },
+        true);
+    quiesce(rank, s);
+    const rdmx_stats_t st = stats_of(rank, s.worker);
+    if (rank.rank() == 0) {
+      RDMX_CHECK_EQ(rank, st.ring_peers, 0u);
+      RDMX_CHECK_EQ(rank, st.ring_mem_bytes, 0u);
+      RDMX_CHECK_EQ(rank, st.ring_recvs, 0u);
+      RDMX_CHECK(rank, st.srq_consumed >= 300u);
+    }
     close_session(rank, s);
   }));
 }

@@ -1,8 +1,11 @@
 #include "tests/transport/support/procs.h"
 
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <cerrno>
@@ -256,6 +259,18 @@ rdmx_status_t probe_until(Rank& rank, Session& s, std::uint64_t src, std::uint64
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool limit_pinning(std::size_t bytes) {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &hdr, data) != 0) {
+    return false;
+  }
+  data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+  data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+  const rlimit lim{bytes, bytes};
+  return syscall(SYS_capset, &hdr, data) == 0 && setrlimit(RLIMIT_MEMLOCK, &lim) == 0;
 }
 
 }  // namespace rdmx::test

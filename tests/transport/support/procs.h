@@ -65,6 +65,11 @@ int wait_request(Rank& rank, rdmx_worker_t* worker, rdmx_request_t* request, rdm
 
 double seconds_since(std::chrono::steady_clock::time_point t0);
 
+// Drops CAP_IPC_LOCK (root pins without limit otherwise) and lowers RLIMIT_MEMLOCK to `bytes`,
+// so that registering memory beyond it fails as it does for a user with a small `ulimit -l`.
+// Call it in a rank before its worker exists. false: the kernel refused.
+bool limit_pinning(std::size_t bytes);
+
 }  // namespace rdmx::test
 
 #define RDMX_CHECK(rank, cond)                                 \
