@@ -263,12 +263,7 @@ int Worker::poll_ring(Peer& p) {
       ring.pop();
       continue;
     }
-    if ((h.flags & protocol::kFlagAckValid) != 0) {
-      on_rc_credits(p, h.ack);
-    }
-    if ((h.flags & protocol::kFlagRingAck) != 0) {
-      on_ring_ack(p, h.ring_ack);
-    }
+    on_rc_acks(p, h);
     const std::byte* body = m.message + protocol::kHeaderSize;
     deliver_in_order(p, h, body, body + protocol::body_size(kind), kPoolRing, 0);
     ring.pop();
@@ -461,12 +456,7 @@ inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, con
       return;
     }
   } else {
-    if ((h.flags & protocol::kFlagAckValid) != 0) {
-      on_rc_credits(p, h.ack);
-    }
-    if ((h.flags & protocol::kFlagRingAck) != 0) {
-      on_ring_ack(p, h.ring_ack);
-    }
+    on_rc_acks(p, h);
     if (kind == protocol::MsgKind::kAck) {
       pool.release(buf);
       return;

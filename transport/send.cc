@@ -123,10 +123,7 @@ bool Worker::post_rc_ack(Peer& peer) {
   h.src_ep = peer.remote_index;
   h.flags = protocol::kFlagAckValid;
   h.ack = grant_credits(peer);
-  if (peer.rx_ring) {
-    h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagRingAck);
-    h.ring_ack = peer.rx_ring->taken();
-  }
+  stamp_ring_ack(peer, h);
   eager::SendPool& pool = *threads_[0].send;
   // The reserve: a grant must go out even when data fills the send queue, or both sides could
   // wait for each other's credits.
@@ -141,8 +138,8 @@ bool Worker::post_rc_ack(Peer& peer) {
   if (rc != 0 && post.buf_class != eager::kNoBuffer) {
     pool.release_unused(0, post.buf);
   }
-  if (rc == 0 && peer.rx_ring) {
-    peer.rx_ring->reported(h.ring_ack);
+  if (rc == 0) {
+    ring_ack_posted(peer, h);
   }
   return rc == 0;
 }
@@ -210,10 +207,7 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
   }
   h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
   h.ack = peer.rc_granted;
-  if (peer.rx_ring) {
-    h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagRingAck);
-    h.ring_ack = peer.rx_ring->taken();
-  }
+  stamp_ring_ack(peer, h);
   ibv_sge sge[2];
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND;
@@ -283,9 +277,7 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
     return PostResult::kFailed;
   }
   peer.rc_guard->on_send();
-  if (peer.rx_ring) {
-    peer.rx_ring->reported(h.ring_ack);
-  }
+  ring_ack_posted(peer, h);
   if (to_ring) {
     ring.head = ring.head + 1 == ring.slots ? 0 : ring.head + 1;
     ++ring.sent;

@@ -316,9 +316,29 @@ class Worker {
   void on_ring_offer(Peer& peer, const protocol::RingBody& body);
   int poll_rings();
   int poll_ring(Peer& peer);
-  // The peer says how many messages it took from its ring.
-  static void on_ring_ack(Peer& peer, std::uint32_t taken) noexcept {
-    peer.tx_ring.taken = protocol::ring_newer(peer.tx_ring.taken, taken);
+  // An RC header's two acks for the reverse direction: our credit limit (kFlagAckValid) and how
+  // many messages the peer took from its ring (kFlagRingAck). Every RC message and kAck, from
+  // the SRQs or a ring, carries them.
+  void on_rc_acks(Peer& peer, const protocol::MsgHeader& h) {
+    if ((h.flags & protocol::kFlagAckValid) != 0) {
+      on_rc_credits(peer, h.ack);
+    }
+    if ((h.flags & protocol::kFlagRingAck) != 0) {
+      peer.tx_ring.taken = protocol::ring_newer(peer.tx_ring.taken, h.ring_ack);
+    }
+  }
+  // Sending side of the ring ack: how far we have read the ring the peer writes into, put in an
+  // outgoing RC header; once that header is posted, reported.
+  static void stamp_ring_ack(const Peer& peer, protocol::MsgHeader& h) noexcept {
+    if (peer.rx_ring) {
+      h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagRingAck);
+      h.ring_ack = peer.rx_ring->taken();
+    }
+  }
+  static void ring_ack_posted(Peer& peer, const protocol::MsgHeader& h) noexcept {
+    if ((h.flags & protocol::kFlagRingAck) != 0) {
+      peer.rx_ring->reported(h.ring_ack);
+    }
   }
   // One more message from the peer in order: offer it a ring once it has sent kRingOfferAfter.
   void count_for_ring(Peer& peer) {
