@@ -177,9 +177,16 @@ int Worker::wait(Request* r, rdmx_status_t* status, int timeout_ms) {
       const std::uint64_t now = now_us();
       if (idle_since == 0) {
         idle_since = now;
-      } else if (now - idle_since >= kYieldAfterIdleUs) [[unlikely]] {
-        if (now - idle_since >= kNapAfterIdleUs) {
-          const timespec nap{.tv_sec = 0, .tv_nsec = kNapNs};
+      } else if (const std::uint64_t idle = now - idle_since; idle >= kYieldAfterIdleUs)
+          [[unlikely]] {
+        if (idle >= kNapAfterIdleUs) {
+          // Naps reach a millisecond: the deadline is checked here, not 256 naps later.
+          if (now >= deadline) {
+            return RDMX_ERR_TIMED_OUT;
+          }
+          const auto us =
+              std::min(std::clamp(idle / kNapIdleDiv, kNapMinUs, kNapMaxUs), deadline - now);
+          const timespec nap{.tv_sec = 0, .tv_nsec = static_cast<long>(us * 1000)};
           nanosleep(&nap, nullptr);
         } else {
           sched_yield();

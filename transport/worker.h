@@ -108,13 +108,19 @@ inline constexpr int kPollBatch = 16;
 // Async events (a read(2)) are read at most this often, except when an SRQ runs low.
 inline constexpr std::uint64_t kAsyncEventPeriodUs = 1000;
 // rdmx_request_wait's idle policy: once its progress calls have found nothing for
-// kYieldAfterIdleUs it yields on every call, after kNapAfterIdleUs it sleeps kNapNs per call.
-// When processes outnumber CPUs the peer it waits for gets to run; with a CPU each,
-// sched_yield returns at once. (Counted in polls, as before, 64 empty polls were 22 us in the
-// guest: a yield inside nearly every round trip, 8-byte RC latency 25.8 us instead of 15.)
+// kYieldAfterIdleUs it yields on every call; after kNapAfterIdleUs it sleeps, each nap
+// 1/kNapIdleDiv of the time already idle, between kNapMinUs and kNapMaxUs. When processes
+// outnumber CPUs the peer it waits for gets to run; with a CPU each, sched_yield returns at once.
+// (Counted in polls, as before, 64 empty polls were 22 us in the guest: a yield inside nearly
+// every round trip, 8-byte RC latency 25.8 us instead of 15.) Naps grow because every wake-up
+// costs the CPU that the kernel's RDMA work needs: on rxe a large transfer is CPU-bound in the
+// kernel, and a waiter napping a fixed 50 us cost 16 MiB rendezvous ~5 % of ib_write_bw at MTU
+// 1024; proportional naps end a long wait at most 1/kNapIdleDiv of its length late.
 inline constexpr std::uint64_t kYieldAfterIdleUs = 100;
 inline constexpr std::uint64_t kNapAfterIdleUs = 2000;
-inline constexpr long kNapNs = 50'000;
+inline constexpr std::uint64_t kNapIdleDiv = 32;
+inline constexpr std::uint64_t kNapMinUs = 50;
+inline constexpr std::uint64_t kNapMaxUs = 1000;
 // Every send WR of every thread fits in the send CQ (plus one teardown marker at a time), so the
 // CQ cannot overflow whatever completes in error.
 inline constexpr std::uint32_t kSendCqSlack = 64;

@@ -233,6 +233,37 @@ TEST_P(Semantics, CancelOfAPostedReceive) {
   });
 }
 
+// A bounded wait returns RDMX_ERR_TIMED_OUT once its time is up, not before and not long after
+// (it naps when idle, up to a millisecond at a time), and leaves the request posted: the message
+// sent afterwards completes that same request.
+TEST_P(Semantics, WaitTimesOutAndLeavesTheRequestPosted) {
+  run([](Rank& rank, Session& s, int peer) {
+    constexpr int kTimeoutMs = 1500;
+    std::uint8_t buf[16] = {};
+    rdmx_request_t req;
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, buf, sizeof(buf), RDMX_ANY_SOURCE, 998, kAll, &req,
+                                      nullptr, nullptr));
+    const auto t0 = std::chrono::steady_clock::now();
+    RDMX_CHECK_EQ(rank, rdmx_request_wait(s.worker, &req, nullptr, kTimeoutMs), RDMX_ERR_TIMED_OUT);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    RDMX_CHECK(rank, ms >= kTimeoutMs);
+    RDMX_CHECK(rank, ms < kTimeoutMs + 1000);
+    RDMX_CHECK_EQ(rank, rdmx_request_test(&req, nullptr), RDMX_INPROGRESS);
+    rank.barrier();  // both ranks timed out before either sends tag 998
+    rdmx_request_t sreq;
+    std::uint8_t x = 0x5a;
+    RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[static_cast<std::size_t>(peer)], &x, 1, 998,
+                                      RDMX_SEND_FLUSH, &sreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &sreq, nullptr, "send"));
+    rdmx_status_t st{};
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, &st, "receive after the timeout"));
+    RDMX_CHECK_EQ(rank, st.length, std::size_t{1});
+    RDMX_CHECK_EQ(rank, buf[0], std::uint8_t{0x5a});
+  });
+}
+
 TEST_P(Semantics, SyncSendCompletesOnlyOnceMatched) {
   run([](Rank& rank, Session& s, int peer) {
     if (rank.rank() == 1) {
