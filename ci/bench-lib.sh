@@ -95,7 +95,8 @@ mpi_stack_args() {
   esac
 }
 
-# build top target...: installs what is missing, configures BUILD (no tests) once, builds.
+# build top target...: installs what is missing, configures BUILD (no tests) once, builds. An
+# existing BUILD is regenerated first: a target added to the tree since would be unknown to it.
 bench_build() {
   local build=$1 top=$2
   shift 2
@@ -106,6 +107,8 @@ bench_build() {
   if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$top" -B "$build" -DRDMX_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 ||
       { cat "$build.configure.log"; return 2; }
+  else
+    cmake "$build" >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; return 2; }
   fi
   timeout 3600 cmake --build "$build" -j"$(nproc)" --target "$@" 2>&1 | tail -n 3
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "build of $* failed" >&2; return 2; }

@@ -110,7 +110,8 @@ typedef struct mca_mtl_rdmx_params {
   unsigned int ring_peers;
   unsigned int ring_slots;
   unsigned int ring_slot_size;
-  int print_stats; /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
+  int print_stats;             /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
+  unsigned int progress_polls; /* rdmx polls per progress call while nothing happens, >= 1 */
 } mca_mtl_rdmx_params_t;
 
 OMPI_DECLSPEC extern mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component;
