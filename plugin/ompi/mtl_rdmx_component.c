@@ -56,8 +56,8 @@ int ompi_mtl_rdmx_output = -1;
  * has them; `--mca mtl rdmx` selects it whatever its priority. */
 #define MTL_RDMX_DEFAULT_PRIORITY 20
 
-/* 4: an 8-byte osu_latency's user-space time between two posts went from ~9.0 to ~7.8 us in
- * the Soft-RoCE guest (4 rounds, ci/bench-mpi --split); 8 was no better than 4. */
+/* 4: an 8-byte osu_latency's user-space time between two posts (bench/doorbell_split.c) went
+ * from ~9.0 to ~7.8 us in the Soft-RoCE guest, 4 same-boot rounds; 8 was no better than 4. */
 #define MTL_RDMX_DEFAULT_PROGRESS_POLLS 4
 
 /* The parameters that map onto rdmx_config_t: MCA name, RDMX_* variable, variable index. */
