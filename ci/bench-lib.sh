@@ -95,6 +95,11 @@ mpi_stack_args() {
   esac
 }
 
+# The guest kernel arguments of the benchmarks' --tsc: clock_gettime through the vDSO instead of
+# a system call reading the emulated hpet (the guest's own choice: TCG's TSCs look unsynchronized).
+# shellcheck disable=SC2034 # used by the scripts that source this file
+bench_tsc_append="clocksource=tsc tsc=reliable"
+
 # build top target...: installs what is missing, configures BUILD (no tests) once, builds. An
 # existing BUILD is regenerated first: a target added to the tree since would be unknown to it.
 bench_build() {
