@@ -108,8 +108,10 @@ std::optional<ibv_async_event> AsyncEventReader::read_one(
     if (deadline == std::chrono::steady_clock::time_point::min()) {
       return std::nullopt;  // deadline_after(0): no waiting
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    // Rounded up: poll(2) takes whole milliseconds, and a truncated remainder ended waits up to
+    // 1 ms before their deadline (a 500 ms LAST_WQE_REACHED wait returned after 499.6 ms).
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       return std::nullopt;
     }

@@ -91,8 +91,9 @@ ibv_cq* CompletionChannel::wait_event(std::chrono::milliseconds timeout) {
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
       throw Error("ibv_get_cq_event", errno != 0 ? errno : EIO);
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    // Rounded up, as in AsyncEventReader: a truncated remainder ends the wait up to 1 ms early.
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       return nullptr;
     }
