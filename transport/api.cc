@@ -65,6 +65,12 @@ int rdmx_worker_progress(rdmx_worker_t* worker) {
   return worker->impl->progress();
 }
 
+void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us) {
+  if (worker != nullptr) {
+    worker->impl->idle(events, yield_after_us);
+  }
+}
+
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker) {
   return worker == nullptr ? 0 : worker->impl->uid();
 }

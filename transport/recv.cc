@@ -13,9 +13,6 @@
 // in its place (SrqPool::can_hold); after that they are copied to the heap and the buffer is
 // reposted at once, so the SRQ never shrinks: memory for unexpected messages grows with the
 // application's backlog (as MPI requires), the receive queues do not.
-#include <poll.h>
-#include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -153,45 +150,31 @@ int Worker::progress() {
   return events;
 }
 
+void Worker::idle(int events, std::uint64_t yield_after_us) noexcept {
+  idle_.set_policy(yield_after_us, IdleBackoff::kNever);
+  if (idle_.turn(events != 0, events != 0 ? 0 : now_us()) == IdleBackoff::Action::kYield) {
+    ++stat_idle_yields_;
+  }
+}
+
 int Worker::wait(Request* r, rdmx_status_t* status, int timeout_ms) {
   // Every clock read is the cached one (clock.h): in an emulated guest a clock_gettime per wait
   // was a system call per message.
   const std::uint64_t deadline = timeout_ms >= 0
                                      ? now_us() + static_cast<std::uint64_t>(timeout_ms) * 1000u
                                      : protocol::kNoDeadline;
-  std::uint64_t idle_since = 0;
+  // Oversubscribed (more busy processes than CPUs), a waiter that finds nothing to do gives
+  // the CPU away (idle_backoff.h); any event resets it to spinning.
+  IdleBackoff backoff{kWaitYieldAfterUs, kWaitNapAfterUs};
   std::uint32_t spins = 0;
   while (r->state != ReqState::kDone) {
     const int rc = progress();
     if (rc < 0) {
       return rc;
     }
-    // Oversubscribed (more busy processes than CPUs: an emulated guest, an incast test): a
-    // waiter that has found nothing to do for a while yields, then naps, so the process it
-    // waits for (or the kernel's RDMA work) gets the CPU. Any event resets it to spinning. The
-    // thresholds are times, not poll counts, so that a round trip (microseconds on hardware,
-    // tens of microseconds in the guest) never meets a system call.
-    if (rc != 0) {
-      idle_since = 0;
-    } else {
-      const std::uint64_t now = now_us();
-      if (idle_since == 0) {
-        idle_since = now;
-      } else if (const std::uint64_t idle = now - idle_since; idle >= kYieldAfterIdleUs)
-          [[unlikely]] {
-        if (idle >= kNapAfterIdleUs) {
-          // Naps reach a millisecond: the deadline is checked here, not 256 naps later.
-          if (now >= deadline) {
-            return RDMX_ERR_TIMED_OUT;
-          }
-          const auto us =
-              std::min(std::clamp(idle / kNapIdleDiv, kNapMinUs, kNapMaxUs), deadline - now);
-          const timespec nap{.tv_sec = 0, .tv_nsec = static_cast<long>(us * 1000)};
-          nanosleep(&nap, nullptr);
-        } else {
-          sched_yield();
-        }
-      }
+    // Naps reach a millisecond: the deadline is checked before each, not 256 naps later.
+    if (backoff.turn(rc != 0, rc != 0 ? 0 : now_us(), deadline) == IdleBackoff::Action::kDeadline) {
+      return RDMX_ERR_TIMED_OUT;
     }
     if ((++spins & 255) == 0 && r->state != ReqState::kDone && now_us() >= deadline) {
       return RDMX_ERR_TIMED_OUT;

@@ -34,6 +34,7 @@
 #include "transport/address.h"
 #include "transport/clock.h"
 #include "transport/config.h"
+#include "transport/idle_backoff.h"
 #include "transport/peer.h"
 #include "transport/request.h"
 #include "verbs/async_event.h"
@@ -107,20 +108,10 @@ inline constexpr std::uint32_t kQkey = 0x52444d58;  // "RDMX"
 inline constexpr int kPollBatch = 16;
 // Async events (a read(2)) are read at most this often, except when an SRQ runs low.
 inline constexpr std::uint64_t kAsyncEventPeriodUs = 1000;
-// rdmx_request_wait's idle policy: once its progress calls have found nothing for
-// kYieldAfterIdleUs it yields on every call; after kNapAfterIdleUs it sleeps, each nap
-// 1/kNapIdleDiv of the time already idle, between kNapMinUs and kNapMaxUs. When processes
-// outnumber CPUs the peer it waits for gets to run; with a CPU each, sched_yield returns at once.
-// (Counted in polls, as before, 64 empty polls were 22 us in the guest: a yield inside nearly
-// every round trip, 8-byte RC latency 25.8 us instead of 15.) Naps grow because every wake-up
-// costs the CPU that the kernel's RDMA work needs: on rxe a large transfer is CPU-bound in the
-// kernel, and a waiter napping a fixed 50 us cost 16 MiB rendezvous ~5 % of ib_write_bw at MTU
-// 1024; proportional naps end a long wait at most 1/kNapIdleDiv of its length late.
-inline constexpr std::uint64_t kYieldAfterIdleUs = 100;
-inline constexpr std::uint64_t kNapAfterIdleUs = 2000;
-inline constexpr std::uint64_t kNapIdleDiv = 32;
-inline constexpr std::uint64_t kNapMinUs = 50;
-inline constexpr std::uint64_t kNapMaxUs = 1000;
+// rdmx_request_wait's idle policy (idle_backoff.h): yield after 100 us of nothing, nap after
+// 2 ms.
+inline constexpr std::uint64_t kWaitYieldAfterUs = 100;
+inline constexpr std::uint64_t kWaitNapAfterUs = 2000;
 // Every send WR of every thread fits in the send CQ (plus one teardown marker at a time), so the
 // CQ cannot overflow whatever completes in error.
 inline constexpr std::uint32_t kSendCqSlack = 64;
@@ -200,6 +191,7 @@ class Worker {
   }
   int progress();
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
+  void idle(int events, std::uint64_t yield_after_us) noexcept;  // rdmx_worker_idle
   void stats(rdmx_stats_t* out) const;
   WrAccount wr_account() const;
   void dump() const;
@@ -450,6 +442,7 @@ class Worker {
   std::uint64_t next_connect_timer_us_ = protocol::kNoDeadline;
   std::uint32_t progress_calls_ = 0;
   CachedClock clock_;
+  IdleBackoff idle_{IdleBackoff::kNever, IdleBackoff::kNever};  // rdmx_worker_idle's
   std::uint64_t next_watchdog_us_ = 0;
   std::uint64_t next_async_us_ = 0;  // progress() reads async events again from then
   std::uint32_t rc_connected_peers_ = 0;
@@ -486,6 +479,7 @@ class Worker {
   std::uint64_t stat_coalesced_batches_ = 0;
   std::uint64_t stat_ring_sends_ = 0;
   std::uint64_t stat_ring_recvs_ = 0;
+  std::uint64_t stat_idle_yields_ = 0;
 };
 
 // --- requests: every send and receive passes through these, so they are inline.

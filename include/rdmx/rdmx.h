@@ -138,6 +138,15 @@ int rdmx_worker_address(rdmx_worker_t* worker, const void** address, size_t* len
 /* Polls completions, refills SRQs, runs timers and callbacks. Returns the number of events
  * processed (>= 0) or an error code. */
 int rdmx_worker_progress(rdmx_worker_t* worker);
+/* For a caller that spins on rdmx_worker_progress() in a wait loop of its own (an MPI library's
+ * blocking wait), once per turn of the loop: `events` is what the turn found (the caller's own
+ * events included). Once turns have found nothing for `yield_after_us` microseconds, each
+ * further idle turn yields the CPU (sched_yield), as rdmx_request_wait does after 100 us (it
+ * never sleeps): when busy processes outnumber CPUs, and on a software device (rxe, siw) whose
+ * RDMA work is the kernel's, a spinning loop holds the CPU that work needs. With nothing else
+ * to run, a yield returns at once: a caller that tests between compute steps loses one system
+ * call per test. Any event starts the count again. */
+void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us);
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);
 
 /* Connects to a peer. May return before the connection is fully set up; sends queue behind it. */
@@ -233,6 +242,7 @@ typedef struct rdmx_stats {
   uint64_t ring_peers;           /* rings this worker gave to peers */
   uint64_t ring_mem_bytes;       /* registered memory of the rings, 0 until the first is given
                                     (not in recv_mem_bytes) */
+  uint64_t idle_yields;          /* rdmx_worker_idle turns that yielded the CPU */
 } rdmx_stats_t;
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);

@@ -112,6 +112,7 @@ typedef struct mca_mtl_rdmx_params {
   unsigned int ring_slot_size;
   int print_stats;             /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
   unsigned int progress_polls; /* rdmx polls per progress call while nothing happens, >= 1 */
+  int yield_after_us;          /* rdmx_worker_idle's threshold; -1: never yield */
 } mca_mtl_rdmx_params_t;
 
 OMPI_DECLSPEC extern mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component;

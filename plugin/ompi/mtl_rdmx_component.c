@@ -59,6 +59,8 @@ int ompi_mtl_rdmx_output = -1;
 /* 4: an 8-byte osu_latency's user-space time between two posts (bench/doorbell_split.c) went
  * from ~9.0 to ~7.8 us in the Soft-RoCE guest, 4 same-boot rounds; 8 was no better than 4. */
 #define MTL_RDMX_DEFAULT_PROGRESS_POLLS 4
+/* As rdmx_request_wait: a wait that found nothing for 100 us gives the CPU away on each turn. */
+#define MTL_RDMX_DEFAULT_YIELD_AFTER_US 100
 
 /* The parameters that map onto rdmx_config_t: MCA name, RDMX_* variable, variable index. */
 /* The mtl_rdmx_* parameters that mirror an rdmx_config_t field, in registration order (the
@@ -243,7 +245,7 @@ static int component_register(void) {
       "At MPI_Finalize, before the endpoints go, print one line per process on stderr with rdmx's "
       "counters: 'mtl rdmx stats: rank R transport rc|ud recv_mem_bytes N num_qps N srq_posted N "
       "unexpected N ud_retransmits N coalesced_msgs N coalesced_batches N ring_sends N "
-      "ring_recvs N ring_peers N ring_mem_bytes N' (also RDMX_STATS=1)",
+      "ring_recvs N ring_peers N ring_mem_bytes N idle_yields N' (also RDMX_STATS=1)",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
   p->progress_polls = MTL_RDMX_DEFAULT_PROGRESS_POLLS;
@@ -254,6 +256,15 @@ static int component_register(void) {
       "every 8th call reads the clock: polling a few times per call notices a message sooner",
       MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->progress_polls);
+  p->yield_after_us = MTL_RDMX_DEFAULT_YIELD_AFTER_US;
+  (void)mca_base_component_var_register(
+      &mca_mtl_rdmx_component.mtl_version, "yield_after_us",
+      "Microseconds of progress calls finding nothing after which each further idle call "
+      "yields the CPU (sched_yield), as rdmx's own wait does; -1: never. On a software device "
+      "(rxe, siw) the kernel does the RDMA work on the CPUs the ranks spin on; with nothing "
+      "else to run a yield returns at once",
+      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
+      MCA_BASE_VAR_SCOPE_READONLY, &p->yield_after_us);
   return OMPI_SUCCESS;
 }
 

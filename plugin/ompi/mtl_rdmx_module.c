@@ -368,6 +368,11 @@ int ompi_mtl_rdmx_progress(void) {
   }
   r = ompi_mtl_rdmx.done_head;
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
+  /* A long wait yields the CPU, which a software device's kernel work needs (rdmx_worker_idle). */
+  if (ompi_mtl_rdmx_params.yield_after_us >= 0) {
+    rdmx_worker_idle(ompi_mtl_rdmx.worker, (events > 0 || NULL != r) ? 1 : 0,
+                     (uint32_t)ompi_mtl_rdmx_params.yield_after_us);
+  }
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   if (OPAL_UNLIKELY(ompi_mtl_rdmx.dead_handled != ompi_mtl_rdmx.dead_count)) {
     ompi_mtl_rdmx_handle_peer_failures(); /* mtl_rdmx_failure.c: calls rdmx, so not inside it */
@@ -402,14 +407,14 @@ static void print_stats(void) {
   fprintf(stderr,
           "mtl rdmx stats: rank %u transport %s recv_mem_bytes %llu num_qps %llu srq_posted %llu "
           "unexpected %llu ud_retransmits %llu coalesced_msgs %llu coalesced_batches %llu "
-          "ring_sends %llu ring_recvs %llu ring_peers %llu ring_mem_bytes %llu\n",
+          "ring_sends %llu ring_recvs %llu ring_peers %llu ring_mem_bytes %llu idle_yields %llu\n",
           (unsigned)OPAL_PROC_MY_NAME.vpid, RDMX_TRANSPORT_UD == st.transport ? "ud" : "rc",
           (unsigned long long)st.recv_mem_bytes, (unsigned long long)st.num_qps,
           (unsigned long long)st.srq_posted, (unsigned long long)st.unexpected,
           (unsigned long long)st.ud_retransmits, (unsigned long long)st.coalesced_msgs,
           (unsigned long long)st.coalesced_batches, (unsigned long long)st.ring_sends,
           (unsigned long long)st.ring_recvs, (unsigned long long)st.ring_peers,
-          (unsigned long long)st.ring_mem_bytes);
+          (unsigned long long)st.ring_mem_bytes, (unsigned long long)st.idle_yields);
   fflush(stderr);
 }
 

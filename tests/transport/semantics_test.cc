@@ -264,6 +264,35 @@ TEST_P(Semantics, WaitTimesOutAndLeavesTheRequestPosted) {
   });
 }
 
+// rdmx_worker_idle, for a wait loop outside rdmx (an MPI library's): idle turns yield once they
+// have found nothing for yield_after_us, never before, and not while the turns report events.
+// Counted by rdmx_stats_t.idle_yields.
+TEST_P(Semantics, WorkerIdleYieldsOnlyAfterTheThreshold) {
+  run([](Rank& rank, Session& s, int) {
+    const auto yields = [&] {
+      rdmx_stats_t st{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
+      return st.idle_yields;
+    };
+    // 10 ms of turns, each reporting `events` if given, else what progress found.
+    const auto loop = [&](std::uint32_t yield_after_us, int events) {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (seconds_since(t0) < 0.01) {
+        const int found = rdmx_worker_progress(s.worker);
+        RDMX_CHECK(rank, found >= 0);
+        rdmx_worker_idle(s.worker, events > 0 ? events : found, yield_after_us);
+      }
+    };
+    const std::uint64_t before = yields();
+    loop(1'000'000, 0);  // a threshold never reached
+    RDMX_CHECK_EQ(rank, yields(), before);
+    loop(100, 1);  // busy turns
+    RDMX_CHECK_EQ(rank, yields(), before);
+    loop(100, 0);
+    RDMX_CHECK(rank, yields() > before);
+  });
+}
+
 TEST_P(Semantics, SyncSendCompletesOnlyOnceMatched) {
   run([](Rank& rank, Session& s, int peer) {
     if (rank.rank() == 1) {

@@ -1,0 +1,59 @@
+// IdleBackoff (transport/idle_backoff.h), the idle policy of rdmx_request_wait and
+// rdmx_worker_idle, driven with made-up times: when it spins, yields, naps or reports the
+// deadline.
+// Its yields and naps are real (a nap here is at most 1 ms).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "transport/idle_backoff.h"
+
+namespace rdmx::transport {
+namespace {
+
+using Action = IdleBackoff::Action;
+
+TEST(IdleBackoff, SpinsThenYieldsThenNaps) {
+  IdleBackoff b{100, 2000};
+  const std::uint64_t t0 = 1'000'000;
+  EXPECT_EQ(b.turn(false, t0), Action::kSpin);  // the first idle turn starts the count
+  EXPECT_EQ(b.turn(false, t0 + 99), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 100), Action::kYield);
+  EXPECT_EQ(b.turn(false, t0 + 1999), Action::kYield);
+  EXPECT_EQ(b.turn(false, t0 + 2000), Action::kNap);
+}
+
+TEST(IdleBackoff, AnEventStartsTheCountAgain) {
+  IdleBackoff b{100, 2000};
+  const std::uint64_t t0 = 1'000'000;
+  EXPECT_EQ(b.turn(false, t0), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 500), Action::kYield);
+  EXPECT_EQ(b.turn(true, t0 + 501), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 502), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 601), Action::kSpin);  // idle 99 us since the event
+  EXPECT_EQ(b.turn(false, t0 + 602), Action::kYield);
+}
+
+TEST(IdleBackoff, NapsGrowWithTheIdleTimeWithinBoundsAndStopAtTheDeadline) {
+  const std::uint64_t never = IdleBackoff::kNever;
+  EXPECT_EQ(IdleBackoff::nap_us(1000, 0, never), IdleBackoff::kNapMinUs);  // 1000/32 = 31
+  EXPECT_EQ(IdleBackoff::nap_us(2000, 0, never), 62u);
+  EXPECT_EQ(IdleBackoff::nap_us(3200, 0, never), 100u);
+  EXPECT_EQ(IdleBackoff::nap_us(1'000'000, 0, never), IdleBackoff::kNapMaxUs);
+  EXPECT_EQ(IdleBackoff::nap_us(1'000'000, 5000, 5030), 30u);  // never past the deadline
+  IdleBackoff b{100, 2000};
+  const std::uint64_t t0 = 1'000'000;
+  EXPECT_EQ(b.turn(false, t0, t0 + 3000), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 2500, t0 + 3000), Action::kNap);
+  EXPECT_EQ(b.turn(false, t0 + 3000, t0 + 3000), Action::kDeadline);
+}
+
+TEST(IdleBackoff, NeverMeansNever) {
+  IdleBackoff b{100, IdleBackoff::kNever};
+  const std::uint64_t t0 = 1'000'000;
+  EXPECT_EQ(b.turn(false, t0), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 10'000'000), Action::kYield);  // no nap, however long
+}
+
+}  // namespace
+}  // namespace rdmx::transport
