@@ -91,6 +91,7 @@ mpi_stack_args() {
     rdmx-ud) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport ud) ;;
     ucx) sargs=(--mca pml ucx -x UCX_TLS=self,rc_verbs,ud_verbs -x "UCX_NET_DEVICES=$2:1"
                 -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
+    ucx-put) mpi_stack_args ucx "$2"; sargs+=(-x UCX_RNDV_SCHEME=put_zcopy) ;;
     tcp) sargs=(--mca pml ob1 --mca btl self,tcp) ;;
   esac
 }
