@@ -59,8 +59,9 @@ int ompi_mtl_rdmx_output = -1;
 /* 4: an 8-byte osu_latency's user-space time between two posts (bench/doorbell_split.c) went
  * from ~9.0 to ~7.8 us in the Soft-RoCE guest, 4 same-boot rounds; 8 was no better than 4. */
 #define MTL_RDMX_DEFAULT_PROGRESS_POLLS 4
-/* As rdmx_request_wait: a wait that found nothing for 100 us gives the CPU away on each turn. */
-#define MTL_RDMX_DEFAULT_YIELD_AFTER_US 100
+/* Off by default: hpcc np 4 (4 ranks on 2 vCPUs) ran 111-113 s against pml ucx 99-101 s with 100,
+ * where it had been level without; the osu_bw gain with 100 was ~1 %. Opt in with a value >= 0. */
+#define MTL_RDMX_DEFAULT_YIELD_AFTER_US (-1)
 
 /* The parameters that map onto rdmx_config_t: MCA name, RDMX_* variable, variable index. */
 /* The mtl_rdmx_* parameters that mirror an rdmx_config_t field, in registration order (the
