@@ -65,6 +65,13 @@ int rdmx_worker_progress(rdmx_worker_t* worker) {
   return worker->impl->progress();
 }
 
+int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_gap_us) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->poll(max_polls, spin_gap_us);
+}
+
 void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us) {
   if (worker != nullptr) {
     worker->impl->idle(events, yield_after_us);

@@ -1,5 +1,6 @@
 // How a loop that polls rdmx and finds nothing gives the CPU away: rdmx_request_wait's loop
-// (Worker::wait), and, through rdmx_worker_idle, wait loops outside rdmx (the MPI library's).
+// (Worker::wait), and, through rdmx_worker_idle, wait loops outside rdmx (the MPI library's);
+// and how often rdmx_worker_poll polls for such a loop (SpinPolls, at the end).
 //
 // Why: when busy processes outnumber CPUs (an emulated guest, an incast test) the process a
 // waiter waits for needs the CPU, and on a software device (rxe, siw) so does the kernel's RDMA
@@ -79,6 +80,26 @@ class IdleBackoff {
   std::uint64_t yield_after_us_;
   std::uint64_t nap_after_us_;
   std::uint64_t idle_since_ = 0;  // 0: the last turn was busy (or none yet)
+};
+
+// rdmx_worker_poll: how many times one call may poll while it finds nothing. A caller spinning
+// in a wait loop of its own calls again within microseconds of an idle return: then each further
+// poll inside the call saves a turn of that loop, which costs more than a poll (pml cm's waits
+// spin on opal_progress: its other callbacks, and every 8th call a clock read, a system call
+// where the clocksource is hpet). A caller that tests between compute steps comes back later and
+// gets one poll, so its idle test costs what rdmx_worker_progress costs.
+class SpinPolls {
+ public:
+  // At the start of a call at `now` (microseconds): the polls it may make, at least 1.
+  std::uint32_t budget(std::uint64_t now, std::uint32_t max_polls,
+                       std::uint64_t gap_us) const noexcept {
+    return idle_end_ != 0 && now - idle_end_ < gap_us ? std::max(max_polls, 1u) : 1u;
+  }
+  // At the end of a call at `now`: whether it found nothing.
+  void end(bool idle, std::uint64_t now) noexcept { idle_end_ = idle ? now : 0; }
+
+ private:
+  std::uint64_t idle_end_ = 0;  // when the last call returned having found nothing; 0: it found
 };
 
 }  // namespace rdmx::transport

@@ -150,6 +150,18 @@ int Worker::progress() {
   return events;
 }
 
+int Worker::poll(std::uint32_t max_polls, std::uint64_t spin_gap_us) {
+  const std::uint32_t budget = spin_.budget(now_us(), max_polls, spin_gap_us);
+  int events = progress();
+  std::uint32_t polls = 1;
+  for (; events == 0 && polls < budget; ++polls) {
+    events = progress();
+  }
+  stat_spin_polls_ += polls - 1;
+  spin_.end(events == 0, now_us());
+  return events;
+}
+
 void Worker::idle(int events, std::uint64_t yield_after_us) noexcept {
   idle_.set_policy(yield_after_us, IdleBackoff::kNever);
   if (idle_.turn(events != 0, events != 0 ? 0 : now_us()) == IdleBackoff::Action::kYield) {

@@ -672,6 +672,7 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.ring_sends = stat_ring_sends_;
   s.ring_recvs = stat_ring_recvs_;
   s.idle_yields = stat_idle_yields_;
+  s.spin_polls = stat_spin_polls_;
   s.ring_peers = ring_peers_.size();
   s.ring_mem_bytes = ring_slab_ ? ring_slab_->registered_bytes() : 0;
   *out = s;

@@ -191,6 +191,7 @@ class Worker {
   }
   int progress();
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
+  int poll(std::uint32_t max_polls, std::uint64_t spin_gap_us);  // rdmx_worker_poll
   void idle(int events, std::uint64_t yield_after_us) noexcept;  // rdmx_worker_idle
   void stats(rdmx_stats_t* out) const;
   WrAccount wr_account() const;
@@ -443,6 +444,7 @@ class Worker {
   std::uint32_t progress_calls_ = 0;
   CachedClock clock_;
   IdleBackoff idle_{IdleBackoff::kNever, IdleBackoff::kNever};  // rdmx_worker_idle's
+  SpinPolls spin_;                                              // rdmx_worker_poll's
   std::uint64_t next_watchdog_us_ = 0;
   std::uint64_t next_async_us_ = 0;  // progress() reads async events again from then
   std::uint32_t rc_connected_peers_ = 0;
@@ -480,6 +482,7 @@ class Worker {
   std::uint64_t stat_ring_sends_ = 0;
   std::uint64_t stat_ring_recvs_ = 0;
   std::uint64_t stat_idle_yields_ = 0;
+  std::uint64_t stat_spin_polls_ = 0;
 };
 
 // --- requests: every send and receive passes through these, so they are inline.

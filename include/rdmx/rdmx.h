@@ -138,6 +138,13 @@ int rdmx_worker_address(rdmx_worker_t* worker, const void** address, size_t* len
 /* Polls completions, refills SRQs, runs timers and callbacks. Returns the number of events
  * processed (>= 0) or an error code. */
 int rdmx_worker_progress(rdmx_worker_t* worker);
+/* rdmx_worker_progress() for a caller that may spin on it in a wait loop of its own (an MPI
+ * library's blocking wait): while nothing happens it polls again, up to max_polls times in all,
+ * when the previous call found nothing and returned less than spin_gap_us microseconds ago (the
+ * caller is spinning: each further poll here saves a turn of its loop, which costs more than a
+ * poll). Any other call polls once, so a test between compute steps costs what
+ * rdmx_worker_progress() costs. Returns like rdmx_worker_progress(). */
+int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_gap_us);
 /* For a caller that spins on rdmx_worker_progress() in a wait loop of its own (an MPI library's
  * blocking wait), once per turn of the loop: `events` is what the turn found (the caller's own
  * events included). Once turns have found nothing for `yield_after_us` microseconds, each
@@ -243,6 +250,7 @@ typedef struct rdmx_stats {
   uint64_t ring_mem_bytes;       /* registered memory of the rings, 0 until the first is given
                                     (not in recv_mem_bytes) */
   uint64_t idle_yields;          /* rdmx_worker_idle turns that yielded the CPU */
+  uint64_t spin_polls;           /* rdmx_worker_poll's polls beyond the first of each call */
 } rdmx_stats_t;
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);

@@ -111,9 +111,15 @@ typedef struct mca_mtl_rdmx_params {
   unsigned int ring_slots;
   unsigned int ring_slot_size;
   int print_stats;             /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
-  unsigned int progress_polls; /* rdmx polls per progress call while nothing happens, >= 1 */
+  unsigned int progress_polls; /* rdmx polls per wait-loop turn while nothing happens, >= 1 */
   int yield_after_us;          /* rdmx_worker_idle's threshold; -1: never yield */
 } mca_mtl_rdmx_params_t;
+
+/* A progress call that comes less than this after an idle one is a turn of a wait loop
+ * (rdmx_worker_poll's spin_gap_us). A turn of pml cm's loop took under 5 us in the Soft-RoCE
+ * guest, the every-8th clock read included; an application that computes between its MPI_Test
+ * calls comes back later. */
+#define MTL_RDMX_SPIN_GAP_US 10
 
 OMPI_DECLSPEC extern mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component;
 extern mca_mtl_rdmx_module_t ompi_mtl_rdmx;

@@ -56,9 +56,12 @@ int ompi_mtl_rdmx_output = -1;
  * has them; `--mca mtl rdmx` selects it whatever its priority. */
 #define MTL_RDMX_DEFAULT_PRIORITY 20
 
-/* 4: an 8-byte osu_latency's user-space time between two posts (bench/doorbell_split.c) went
- * from ~9.0 to ~7.8 us in the Soft-RoCE guest, 4 same-boot rounds; 8 was no better than 4. */
-#define MTL_RDMX_DEFAULT_PROGRESS_POLLS 4
+/* An 8-byte osu_latency's user-space time between two posts (bench/doorbell_split.c) in the
+ * Soft-RoCE guest, same-boot rounds: ~9.0 us with 1 poll per call, ~7.8 with 4 on every call
+ * (8 did no better), 6.4-7.3 with 32 or 100 on wait-loop turns only (4 of them: 7.3-8.2);
+ * osu_bw 8 B to 4 MiB did not move. 32 rather than pml ucx's 100 lets opal_progress's other
+ * work run more often. */
+#define MTL_RDMX_DEFAULT_PROGRESS_POLLS 32
 /* Off by default: hpcc np 4 (4 ranks on 2 vCPUs) ran 111-113 s against pml ucx 99-101 s with 100,
  * where it had been level without; the osu_bw gain with 100 was ~1 %. Opt in with a value >= 0. */
 #define MTL_RDMX_DEFAULT_YIELD_AFTER_US (-1)
@@ -246,15 +249,19 @@ static int component_register(void) {
       "At MPI_Finalize, before the endpoints go, print one line per process on stderr with rdmx's "
       "counters: 'mtl rdmx stats: rank R transport rc|ud recv_mem_bytes N num_qps N srq_posted N "
       "unexpected N ud_retransmits N coalesced_msgs N coalesced_batches N ring_sends N "
-      "ring_recvs N ring_peers N ring_mem_bytes N idle_yields N' (also RDMX_STATS=1)",
+      "ring_recvs N ring_peers N ring_mem_bytes N idle_yields N spin_polls N' (also "
+      "RDMX_STATS=1)",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
   p->progress_polls = MTL_RDMX_DEFAULT_PROGRESS_POLLS;
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "progress_polls",
-      "Times each progress call polls rdmx while it finds nothing (at least 1). pml cm waits by "
-      "calling opal_progress, which around each call runs Open MPI's other progress work and "
-      "every 8th call reads the clock: polling a few times per call notices a message sooner",
+      "Times a progress call polls rdmx while it finds nothing (at least 1) when it follows an "
+      "idle one by under 10 us, i.e. is a turn of a wait loop: pml cm waits by calling "
+      "opal_progress, which around each call runs Open MPI's other progress work and every 8th "
+      "call reads the clock, so polling here notices a message sooner. Other calls (an MPI_Test "
+      "between compute steps) poll once, and so does every call when Open MPI yields when idle "
+      "(oversubscribed)",
       MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->progress_polls);
   p->yield_after_us = MTL_RDMX_DEFAULT_YIELD_AFTER_US;

@@ -356,16 +356,15 @@ int ompi_mtl_rdmx_progress(void) {
     return 0;
   }
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-  events = rdmx_worker_progress(ompi_mtl_rdmx.worker);
   /* pml cm's waits spin on opal_progress, which costs more than an idle rdmx poll (its other
    * callbacks, and every 8th call a clock read: a system call where the clocksource is hpet).
-   * Polling again while nothing happens finds a message sooner; an idle MPI_Test pays a few
-   * polls (mtl_rdmx_progress_polls). */
-  for (unsigned int k = 1;
-       k < ompi_mtl_rdmx_params.progress_polls && 0 == events && NULL == ompi_mtl_rdmx.done_head;
-       ++k) {
-    events = rdmx_worker_progress(ompi_mtl_rdmx.worker);
-  }
+   * A call that comes right after an idle one is such a turn: while nothing happens it polls
+   * again, up to mtl_rdmx_progress_polls times, and finds a message sooner. An MPI_Test between
+   * compute steps polls once. Not when Open MPI yields after every idle call (oversubscribed, or
+   * mpi_yield_when_idle): that yield is what gives the other ranks the CPU. */
+  events = rdmx_worker_poll(ompi_mtl_rdmx.worker,
+                            opal_progress_yield_when_idle ? 1 : ompi_mtl_rdmx_params.progress_polls,
+                            MTL_RDMX_SPIN_GAP_US);
   r = ompi_mtl_rdmx.done_head;
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
   /* A long wait yields the CPU, which a software device's kernel work needs (rdmx_worker_idle). */
@@ -407,14 +406,16 @@ static void print_stats(void) {
   fprintf(stderr,
           "mtl rdmx stats: rank %u transport %s recv_mem_bytes %llu num_qps %llu srq_posted %llu "
           "unexpected %llu ud_retransmits %llu coalesced_msgs %llu coalesced_batches %llu "
-          "ring_sends %llu ring_recvs %llu ring_peers %llu ring_mem_bytes %llu idle_yields %llu\n",
+          "ring_sends %llu ring_recvs %llu ring_peers %llu ring_mem_bytes %llu idle_yields %llu "
+          "spin_polls %llu\n",
           (unsigned)OPAL_PROC_MY_NAME.vpid, RDMX_TRANSPORT_UD == st.transport ? "ud" : "rc",
           (unsigned long long)st.recv_mem_bytes, (unsigned long long)st.num_qps,
           (unsigned long long)st.srq_posted, (unsigned long long)st.unexpected,
           (unsigned long long)st.ud_retransmits, (unsigned long long)st.coalesced_msgs,
           (unsigned long long)st.coalesced_batches, (unsigned long long)st.ring_sends,
           (unsigned long long)st.ring_recvs, (unsigned long long)st.ring_peers,
-          (unsigned long long)st.ring_mem_bytes, (unsigned long long)st.idle_yields);
+          (unsigned long long)st.ring_mem_bytes, (unsigned long long)st.idle_yields,
+          (unsigned long long)st.spin_polls);
   fflush(stderr);
 }
 

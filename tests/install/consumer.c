@@ -23,6 +23,7 @@ static const struct {
     FN(rdmx_worker_destroy),
     FN(rdmx_worker_address),
     FN(rdmx_worker_progress),
+    FN(rdmx_worker_poll),
     FN(rdmx_worker_idle),
     FN(rdmx_worker_uid),
     FN(rdmx_ep_create),

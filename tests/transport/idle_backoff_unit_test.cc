@@ -1,6 +1,6 @@
 // IdleBackoff (transport/idle_backoff.h), the idle policy of rdmx_request_wait and
 // rdmx_worker_idle, driven with made-up times: when it spins, yields, naps or reports the
-// deadline.
+// deadline. And SpinPolls, rdmx_worker_poll's budget of polls per call.
 // Its yields and naps are real (a nap here is at most 1 ms).
 #include <gtest/gtest.h>
 
@@ -53,6 +53,20 @@ TEST(IdleBackoff, NeverMeansNever) {
   const std::uint64_t t0 = 1'000'000;
   EXPECT_EQ(b.turn(false, t0), Action::kSpin);
   EXPECT_EQ(b.turn(false, t0 + 10'000'000), Action::kYield);  // no nap, however long
+}
+
+TEST(SpinPolls, OnlyACallRightAfterAnIdleOneGetsTheBudget) {
+  SpinPolls s;
+  const std::uint64_t t0 = 1'000'000;
+  EXPECT_EQ(s.budget(t0, 32, 10), 1u);  // no call before
+  s.end(true, t0);
+  EXPECT_EQ(s.budget(t0 + 9, 32, 10), 32u);  // a wait loop's next turn
+  EXPECT_EQ(s.budget(t0 + 10, 32, 10), 1u);  // a test after compute
+  s.end(false, t0 + 20);                     // a call that found something
+  EXPECT_EQ(s.budget(t0 + 21, 32, 10), 1u);
+  s.end(true, t0 + 30);
+  EXPECT_EQ(s.budget(t0 + 30, 0, 10), 1u);  // at least one poll
+  EXPECT_EQ(s.budget(t0 + 30, 5, 0), 1u);   // gap 0: never spins
 }
 
 }  // namespace

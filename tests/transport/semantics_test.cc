@@ -293,6 +293,65 @@ TEST_P(Semantics, WorkerIdleYieldsOnlyAfterTheThreshold) {
   });
 }
 
+// rdmx_worker_poll: extra polls only for a call that comes right after an idle one (a wait loop's
+// turn), never for the first call or one that comes after a pause; and it hands back the events
+// it finds. Counted by rdmx_stats_t.spin_polls.
+TEST_P(Semantics, WorkerPollSpinsOnlyRightAfterAnIdleCall) {
+  run([](Rank& rank, Session& s, int peer) {
+    const auto spins = [&] {
+      rdmx_stats_t st{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
+      return st.spin_polls;
+    };
+    constexpr std::uint32_t kGapUs = 1'000'000;  // a turn of this loop is far shorter
+    // After an idle call, an idle call with a gap of 0 polls once, and the idle call right after
+    // it with kGapUs polls 8 times. Tried again while traffic left from the set-up (a UD ack)
+    // makes a call find something, which ends its polling early.
+    bool spun = false;
+    for (int attempt = 0; attempt < 1000 && !spun; ++attempt) {
+      if (rdmx_worker_poll(s.worker, 1, 0) != 0) {
+        continue;
+      }
+      std::uint64_t before = spins();
+      if (rdmx_worker_poll(s.worker, 8, 0) != 0) {
+        continue;
+      }
+      RDMX_CHECK_EQ(rank, spins(), before);
+      before = spins();
+      if (rdmx_worker_poll(s.worker, 8, kGapUs) != 0) {
+        continue;
+      }
+      RDMX_CHECK_EQ(rank, spins(), before + 7);
+      spun = true;
+    }
+    RDMX_CHECK(rank, spun);
+    // After an idle call, a pause longer than the gap: one poll, whatever it finds.
+    const std::uint64_t before = spins();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    (void)rdmx_worker_poll(s.worker, 8, 10'000);
+    RDMX_CHECK_EQ(rank, spins(), before);
+    rank.barrier();
+    // A message found in a spinning call is returned and its receive completes.
+    std::uint8_t in = 0;
+    std::uint8_t out = static_cast<std::uint8_t>(0x30 + rank.rank());
+    rdmx_request_t rreq, sreq;
+    RDMX_CHECK_OK(
+        rank, rdmx_tag_recv(s.worker, &in, 1, RDMX_ANY_SOURCE, 77, kAll, &rreq, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[static_cast<std::size_t>(peer)], &out, 1, 77,
+                                      RDMX_SEND_FLUSH, &sreq, nullptr, nullptr));
+    const auto t0 = std::chrono::steady_clock::now();
+    int found = 0;
+    while (rdmx_request_test(&rreq, nullptr) == RDMX_INPROGRESS && seconds_since(t0) < 10) {
+      const int events = rdmx_worker_poll(s.worker, 1000, kGapUs);
+      RDMX_CHECK(rank, events >= 0);
+      found += events;
+    }
+    RDMX_CHECK(rank, found > 0);
+    RDMX_CHECK_EQ(rank, in, static_cast<std::uint8_t>(0x30 + peer));
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &sreq, nullptr, "send"));
+  });
+}
+
 TEST_P(Semantics, SyncSendCompletesOnlyOnceMatched) {
   run([](Rank& rank, Session& s, int peer) {
     if (rank.rank() == 1) {
