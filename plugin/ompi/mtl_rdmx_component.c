@@ -261,7 +261,7 @@ static int component_register(void) {
       "opal_progress, which around each call runs Open MPI's other progress work and every 8th "
       "call reads the clock, so polling here notices a message sooner. Other calls (an MPI_Test "
       "between compute steps) poll once, and so does every call when Open MPI yields when idle "
-      "(oversubscribed)",
+      "(oversubscribed) or threads are in use (MPI_THREAD_MULTIPLE)",
       MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->progress_polls);
   p->yield_after_us = MTL_RDMX_DEFAULT_YIELD_AFTER_US;

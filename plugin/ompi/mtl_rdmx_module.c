@@ -361,9 +361,12 @@ int ompi_mtl_rdmx_progress(void) {
    * A call that comes right after an idle one is such a turn: while nothing happens it polls
    * again, up to mtl_rdmx_progress_polls times, and finds a message sooner. An MPI_Test between
    * compute steps polls once. Not when Open MPI yields after every idle call (oversubscribed, or
-   * mpi_yield_when_idle): that yield is what gives the other ranks the CPU. */
+   * mpi_yield_when_idle): that yield is what gives the other ranks the CPU; nor with threads,
+   * whose sends would wait for the lock through all the polls. */
   events = rdmx_worker_poll(ompi_mtl_rdmx.worker,
-                            opal_progress_yield_when_idle ? 1 : ompi_mtl_rdmx_params.progress_polls,
+                            (opal_progress_yield_when_idle || opal_using_threads())
+                                ? 1
+                                : ompi_mtl_rdmx_params.progress_polls,
                             MTL_RDMX_SPIN_GAP_US);
   r = ompi_mtl_rdmx.done_head;
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
