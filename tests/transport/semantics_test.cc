@@ -294,8 +294,8 @@ TEST_P(Semantics, WorkerIdleYieldsOnlyAfterTheThreshold) {
 }
 
 // rdmx_worker_poll: extra polls only for a call that comes right after an idle one (a wait loop's
-// turn), never for the first call or one that comes after a pause; and it hands back the events
-// it finds. Counted by rdmx_stats_t.spin_polls.
+// turn), never with a gap of 0 or after a pause longer than the gap; and it hands back the
+// events it finds. Counted by rdmx_stats_t.spin_polls (the first call of all: the unit test).
 TEST_P(Semantics, WorkerPollSpinsOnlyRightAfterAnIdleCall) {
   run([](Rank& rank, Session& s, int peer) {
     const auto spins = [&] {
