@@ -120,6 +120,9 @@ typedef struct mca_mtl_rdmx_params {
  * guest, the every-8th clock read included; an application that computes between its MPI_Test
  * calls comes back later. */
 #define MTL_RDMX_SPIN_GAP_US 10
+/* A macro's value as a string literal (the parameter help quotes the gap). */
+#define MTL_RDMX_STR_(x) #x
+#define MTL_RDMX_STR(x) MTL_RDMX_STR_(x)
 
 OMPI_DECLSPEC extern mca_mtl_base_component_2_0_0_t mca_mtl_rdmx_component;
 extern mca_mtl_rdmx_module_t ompi_mtl_rdmx;

@@ -257,8 +257,9 @@ static int component_register(void) {
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "progress_polls",
       "Times a progress call polls rdmx while it finds nothing (at least 1) when it follows an "
-      "idle one by under 10 us, i.e. is a turn of a wait loop: pml cm waits by calling "
-      "opal_progress, which around each call runs Open MPI's other progress work and every 8th "
+      "idle one by under " MTL_RDMX_STR(MTL_RDMX_SPIN_GAP_US) " us, i.e. is a turn of a wait "
+      "loop: pml cm waits by calling opal_progress, which around each call runs Open MPI's "
+      "other progress work and every 8th "
       "call reads the clock, so polling here notices a message sooner. Other calls (an MPI_Test "
       "between compute steps) poll once, and so does every call when Open MPI yields when idle "
       "(oversubscribed) or threads are in use (MPI_THREAD_MULTIPLE)",
