@@ -37,8 +37,9 @@ static_assert(std::endian::native == std::endian::little,
 
 // Bumped on any incompatible change to a header, a body or the meaning of a field.
 // 2: kRndvData, CtsBody.flags, FinBody.flags (rendezvous). 3: kBatch (coalesced eager sends).
-// 4: kRingOffer and ring_ack (the RDMA-write eager ring, ring.h).
-inline constexpr std::uint8_t kWireVersion = 4;
+// 4: kRingOffer and ring_ack (the RDMA-write eager ring, ring.h). 5: RtsBody.rkey/addr,
+// kCtsFlagRead, kFinFlagReadDone (the receiver reads a share of a rendezvous message).
+inline constexpr std::uint8_t kWireVersion = 5;
 
 enum class MsgKind : std::uint8_t {
   kInvalid = 0,     // a zeroed buffer must never validate
@@ -97,11 +98,14 @@ struct MsgHeader {
   std::uint32_t ring_ack;
 };
 
-// kRts: the sender has total_length bytes for the tag in the header.
+// kRts: the sender has total_length bytes for the tag in the header. With a non-zero rkey the
+// sender's buffer is registered for remote reads at `addr`, so the receiver may read a share of
+// the message itself (kCtsFlagRead).
 struct RtsBody {
   std::uint64_t total_length;  // whole message size in bytes
   std::uint32_t sender_slot;   // sender's request slot, echoed in CTS and FIN
-  std::uint32_t reserved;      // zero
+  std::uint32_t rkey;          // remote-read key of the sender's buffer, 0: no reads
+  std::uint64_t addr;          // the sender's buffer (byte 0 of the message)
 };
 
 // kCts: the receiver grants [offset, offset + granted_length) of the message to be written at
@@ -120,10 +124,14 @@ struct CtsBody {
 // The receiver could not register its buffer (remote_addr and rkey are 0): send the granted bytes
 // as kRndvData messages instead of RDMA writes.
 inline constexpr std::uint32_t kCtsFlagCopy = 1u << 0;
-inline constexpr std::uint32_t kCtsKnownFlags = kCtsFlagCopy;
+// The receiver reads [0, offset) itself from the RTS's addr and rkey, and tells the sender with
+// a FIN (status 0, kFinFlagReadDone) once those reads are done; the sender writes the rest.
+inline constexpr std::uint32_t kCtsFlagRead = 1u << 1;
+inline constexpr std::uint32_t kCtsKnownFlags = kCtsFlagCopy | kCtsFlagRead;
 
 // kFin: rendezvous outcome, sent by whichever side fails (a successful transfer needs none: the
-// write-with-imm or the last kRndvData completes the receiver).
+// write-with-imm or the last kRndvData completes the receiver), and the receiver's "my reads
+// of your buffer are done" (status 0, kFinFlagToSender | kFinFlagReadDone).
 struct FinBody {
   std::uint32_t sender_slot;
   std::uint32_t receiver_slot;
@@ -133,6 +141,8 @@ struct FinBody {
 
 // Set: the FIN is for the sender's transfer (sender_slot); clear: for the receiver's.
 inline constexpr std::uint32_t kFinFlagToSender = 1u << 0;
+// With status 0: the receiver's reads of the sender's buffer (kCtsFlagRead) have completed.
+inline constexpr std::uint32_t kFinFlagReadDone = 1u << 1;
 
 // kRingOffer: the sender of the offer has registered `slots` slots of `slot_size` bytes at
 // `addr` (rkey `rkey`) for the receiver's small messages to it (ring.h has the slot layout).
@@ -170,9 +180,11 @@ static_assert(offsetof(MsgHeader, tag) == 16);
 static_assert(offsetof(MsgHeader, aux) == 24);
 static_assert(offsetof(MsgHeader, ring_ack) == 28);
 
-static_assert(sizeof(RtsBody) == 16);
+static_assert(sizeof(RtsBody) == 24);
 static_assert(offsetof(RtsBody, total_length) == 0);
 static_assert(offsetof(RtsBody, sender_slot) == 8);
+static_assert(offsetof(RtsBody, rkey) == 12);
+static_assert(offsetof(RtsBody, addr) == 16);
 
 static_assert(sizeof(CtsBody) == 40);
 static_assert(offsetof(CtsBody, remote_addr) == 0);

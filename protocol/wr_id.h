@@ -35,7 +35,7 @@ enum class WrKind : std::uint8_t {
   kRdmaWrite = 5,     // rendezvous RDMA write fragment
   kRdmaWriteImm = 6,  // last rendezvous fragment, write-with-immediate
   kControl = 7,       // control message send (ack, CTS, match-ack, FIN, connect)
-  kRdmaRead = 8,      // reserved for a future read-based rendezvous
+  kRdmaRead = 8,      // rendezvous RDMA read (the receiver's read share)
   // 9..14: room for new kinds.
   kInvalid = 15,  // reserved: the kind field of kInvalidWrId
 };

@@ -15,14 +15,17 @@ struct Engine::Send {
   SendState state = SendState::kFree;
   std::uint16_t generation = 1;
   std::uint32_t slot = 0;
-  bool listed = false;    // on pending_ (waits for resources)
-  bool copy_any = false;  // copy path: a fragment went out (a zero-byte grant still sends one)
-  int fail_code = 0;      // kDraining: the code the request completes with
+  bool listed = false;      // on pending_ (waits for resources)
+  bool copy_any = false;    // copy path: a fragment went out (a zero-byte grant still sends one)
+  bool await_read = false;  // the receiver reads [0, cts.offset) itself (kCtsFlagRead) ...
+  bool read_done = false;   // ... and said it is done (FIN with kFinFlagReadDone)
+  int fail_code = 0;        // kDraining: the code the request completes with
   PeerIndex peer = 0;
   void* request = nullptr;
   const std::byte* buffer = nullptr;
-  std::uint64_t length = 0;   // the message
-  std::uint64_t granted = 0;  // min(length, CTS grant)
+  std::uint64_t length = 0;  // the message
+  std::uint64_t granted =
+      0;  // min(length, end of the CTS grant); writes cover [cts.offset, granted)
   std::uint64_t copy_offset = 0;
   protocol::CtsBody cts{};
   WritePipeline pipe;
@@ -36,7 +39,9 @@ struct Engine::Recv {
   std::uint16_t generation = 1;
   std::uint32_t slot = 0;
   bool listed = false;
-  bool copy = false;  // the CTS asked for the copy path
+  bool copy = false;      // the CTS asked for the copy path
+  bool imm_seen = false;  // the sender's writes are in; the read share may still be coming
+  int fail_code = 0;      // kDraining: the code the request completes with
   PeerIndex peer = 0;
   void* request = nullptr;
   std::byte* buffer = nullptr;
@@ -46,6 +51,12 @@ struct Engine::Recv {
   std::uint64_t received = 0;  // copy path
   std::uint32_t sender = 0;    // the sender's transfer word
   Registration reg;            // the receive buffer (empty: copy path or nothing granted)
+  // Read share: [0, read_length) read from the sender's buffer (source, rkey), in reads planned
+  // like writes (max_write each, pipeline_depth in flight). read_length 0: none.
+  std::uint64_t read_length = 0;
+  std::uint64_t source = 0;
+  std::uint32_t source_rkey = 0;
+  WritePipeline reads;
 
   std::uint32_t word() const noexcept { return encode_transfer({slot, generation}); }
 };
@@ -214,18 +225,26 @@ std::uint32_t Engine::begin_send(PeerIndex peer, void* request, const void* buff
   t->granted = 0;
   t->copy_offset = 0;
   t->copy_any = false;
+  t->await_read = false;
+  t->read_done = false;
   t->fail_code = 0;
   t->cts = {};
   t->pipe = {};
   if (length != 0) {
-    // The source of an RDMA write needs no access rights (local read): read-only pages (a const
-    // buffer) register fine. Registered now, so that it overlaps the RTS/CTS round trip.
-    (void)registered(cache_.try_acquire(buffer, length, 0, t->reg), "send");
+    // The source of an RDMA write needs no access rights (local read), that of the receiver's
+    // reads REMOTE_READ: read-only pages (a const buffer) register fine either way. Registered
+    // now, so that it overlaps the RTS/CTS round trip.
+    const int access = config_.read_percent != 0 ? IBV_ACCESS_REMOTE_READ : 0;
+    (void)registered(cache_.try_acquire(buffer, length, access, t->reg), "send");
   }
   ++stats_.sends;
   ++stats_.send_active;
   note_active(peer, +1);
-  *rts = protocol::RtsBody{.total_length = length, .sender_slot = t->word(), .reserved = 0};
+  const bool readable = t->reg && config_.read_percent != 0;
+  *rts = protocol::RtsBody{.total_length = length,
+                           .sender_slot = t->word(),
+                           .rkey = readable ? t->reg.rkey() : 0,
+                           .addr = readable ? reinterpret_cast<std::uintptr_t>(buffer) : 0};
   return t->word();
 }
 
@@ -259,13 +278,20 @@ void Engine::on_cts(PeerIndex peer, const protocol::CtsBody& cts) {
     return;
   }
   t->cts = cts;
-  if ((cts.flags & ~protocol::kCtsKnownFlags) != 0 || cts.offset != 0) {
-    log_line("rendezvous: CTS for send %08x with unknown flags %x or offset %llu", t->word(),
-             cts.flags, static_cast<unsigned long long>(cts.offset));
+  // A read share: the receiver reads [0, offset) from our registered buffer, we write the rest
+  // (at least one byte, whose write-with-imm completes the receiver). Without one: offset 0.
+  const bool read = (cts.flags & protocol::kCtsFlagRead) != 0;
+  const bool bad_read =
+      read && ((cts.flags & protocol::kCtsFlagCopy) != 0 || !t->reg || cts.offset == 0 ||
+               cts.offset >= t->length || cts.granted_length == 0);
+  if ((cts.flags & ~protocol::kCtsKnownFlags) != 0 || bad_read || (!read && cts.offset != 0)) {
+    log_line("rendezvous: CTS for send %08x with flags %x and offset %llu breaks the protocol",
+             t->word(), cts.flags, static_cast<unsigned long long>(cts.offset));
     fail_send(*t, RDMX_ERR_IO, true);
     return;
   }
-  t->granted = std::min(cts.granted_length, t->length);
+  t->await_read = read;
+  t->granted = cts.offset + std::min(cts.granted_length, t->length - cts.offset);
   start_data(*t);
 }
 
@@ -278,7 +304,13 @@ void Engine::start_data(Send& t) {
     start_copy(t, "the send buffer is not registered");
     return;
   }
-  switch (transport_.write_connection(t.peer)) {
+  const WriteConnection c = transport_.write_connection(t.peer);
+  if (t.await_read && c != WriteConnection::kReady) {
+    // The receiver reads its share now: no copy path can complete this transfer.
+    fail_send(t, RDMX_ERR_IO, true);
+    return;
+  }
+  switch (c) {
     case WriteConnection::kReady:
       start_writes(t);
       return;
@@ -311,7 +343,8 @@ void Engine::start_writes(Send& t) {
   if (!transition(t.state, SendState::kWriting, t.word(), t.peer, config_.log)) {
     return;
   }
-  t.pipe = WritePipeline(WritePlan(t.granted, config_.max_write, config_.pipeline_depth));
+  t.pipe =
+      WritePipeline(WritePlan(t.granted - t.cts.offset, config_.max_write, config_.pipeline_depth));
   pump_writes(t);
 }
 
@@ -320,7 +353,7 @@ void Engine::pump_writes(Send& t) {
     const PlannedWrite w = t.pipe.next();
     const WriteRequest req{
         .token = write_token(t.word(), w.index),
-        .local_addr = t.buffer + w.offset,
+        .local_addr = t.buffer + t.cts.offset + w.offset,
         .lkey = t.reg ? t.reg.lkey() : 0,
         .length = w.length,
         .remote_addr = t.cts.remote_addr + w.offset,
@@ -369,9 +402,11 @@ void Engine::on_write_completion(std::uint64_t token, bool ok) {
     return;
   }
   if (t->pipe.done()) {
-    stats_.zero_copy_bytes += t->granted;
-    finish_send(*t, RDMX_OK);
-    return;
+    if (!t->await_read || t->read_done) {
+      stats_.zero_copy_bytes += t->granted;
+      finish_send(*t, RDMX_OK);
+    }
+    return;  // else the receiver's FIN says when it has read its share of our buffer
   }
   pump_writes(*t);
 }
@@ -475,10 +510,22 @@ void Engine::on_rts_matched(PeerIndex peer, void* request, void* buffer, std::si
   t->granted = std::min<std::uint64_t>(capacity, rts.total_length);
   t->received = 0;
   t->sender = rts.sender_slot;
-  t->copy = false;
+  t->imm_seen = false;
+  t->fail_code = 0;
   // LOCAL_WRITE | REMOTE_WRITE may be refused (pinning limit, read-only or unmapped memory).
   t->copy =
       t->granted != 0 && !registered(cache_.try_acquire(buffer, t->granted, t->reg), "receive");
+  // The read share: a multiple of 64 bytes, leaving the sender at least one byte to write.
+  t->read_length = 0;
+  t->reads = {};
+  if (config_.read_percent != 0 && rts.rkey != 0 && !t->copy && t->reg &&
+      t->granted >= config_.min_read_split) {
+    t->read_length =
+        (t->granted / 100 * std::min<std::uint32_t>(config_.read_percent, 99)) & ~std::uint64_t{63};
+    t->source = rts.addr;
+    t->source_rkey = rts.rkey;
+    t->reads = WritePipeline(WritePlan(t->read_length, config_.max_write, config_.pipeline_depth));
+  }
   ++stats_.recvs;
   ++stats_.recv_active;
   note_active(peer, +1);
@@ -487,17 +534,21 @@ void Engine::on_rts_matched(PeerIndex peer, void* request, void* buffer, std::si
 
 bool Engine::post_cts(Recv& t) {
   const protocol::CtsBody cts{
-      .remote_addr = t.copy || !t.reg ? 0 : reinterpret_cast<std::uintptr_t>(t.buffer),
-      .offset = 0,
-      .granted_length = t.granted,
+      .remote_addr =
+          t.copy || !t.reg ? 0 : reinterpret_cast<std::uintptr_t>(t.buffer + t.read_length),
+      .offset = t.read_length,
+      .granted_length = t.granted - t.read_length,
       .rkey = t.copy || !t.reg ? 0 : t.reg.rkey(),
       .sender_slot = t.sender,
       .receiver_slot = t.word(),
-      .flags = t.copy ? protocol::kCtsFlagCopy : 0,
+      .flags = t.copy               ? protocol::kCtsFlagCopy
+               : t.read_length != 0 ? protocol::kCtsFlagRead
+                                    : 0,
   };
   switch (transport_.post_cts(t.peer, cts)) {
     case PostResult::kPosted:
       (void)transition(t.state, RecvState::kWaitData, t.word(), t.peer, config_.log);
+      pump_reads(t);  // after the CTS: the sender's writes and our reads go at once
       return true;
     case PostResult::kNoResource:
       if (t.state == RecvState::kFree) {
@@ -515,11 +566,79 @@ bool Engine::post_cts(Recv& t) {
   return false;
 }
 
+void Engine::pump_reads(Recv& t) {
+  while (t.read_length != 0 && t.state == RecvState::kWaitData && t.reads.can_post()) {
+    const PlannedWrite r = t.reads.next();
+    const ReadRequest req{
+        .token = write_token(t.word(), r.index),
+        .local_addr = t.buffer + r.offset,
+        .lkey = t.reg.lkey(),
+        .length = r.length,
+        .remote_addr = t.source + r.offset,
+        .rkey = t.source_rkey,
+        .signaled = r.signaled,
+    };
+    switch (transport_.post_read(t.peer, req)) {
+      case PostResult::kPosted:
+        t.reads.on_posted();
+        ++stats_.reads;
+        break;
+      case PostResult::kNoResource:
+        list_recv(t);
+        return;
+      case PostResult::kFailed:
+        fail_recv(t, RDMX_ERR_IO, true);
+        return;
+    }
+  }
+}
+
+void Engine::on_read_completion(std::uint64_t token, bool ok) {
+  Recv* t = recvs_->find(static_cast<std::uint32_t>(token >> 32));
+  if (t == nullptr || (t->state != RecvState::kWaitData && t->state != RecvState::kDraining) ||
+      t->read_length == 0 || !t->reads.on_completion(static_cast<std::uint32_t>(token))) {
+    ++stats_.stale;
+    return;
+  }
+  if (t->state == RecvState::kDraining) {
+    if (t->reads.in_flight() == 0) {
+      finish_recv(*t, t->fail_code);
+    }
+    return;
+  }
+  if (!ok) {
+    fail_recv(*t, RDMX_ERR_IO, true);
+    return;
+  }
+  if (t->reads.done()) {
+    reads_done(*t);
+    return;
+  }
+  pump_reads(*t);
+}
+
+void Engine::reads_done(Recv& t) {
+  // The sender may complete (its buffer is no longer read) once its own writes are done too.
+  stats_.read_bytes += t.read_length;
+  queue_fin(t.peer,
+            protocol::FinBody{.sender_slot = t.sender,
+                              .receiver_slot = t.word(),
+                              .status = RDMX_OK,
+                              .flags = protocol::kFinFlagToSender | protocol::kFinFlagReadDone});
+  if (t.imm_seen) {
+    finish_recv(t, t.length > t.capacity ? RDMX_ERR_TRUNCATED : RDMX_OK);
+  }
+}
+
 void Engine::on_imm(std::uint32_t imm) {
   Recv* t = recvs_->find(imm);
-  if (t == nullptr || t->state != RecvState::kWaitData) {
+  if (t == nullptr || t->state != RecvState::kWaitData || t->imm_seen) {
     ++stats_.stale;
     log_line("rendezvous: write-with-imm %08x for no receive waiting for data", imm);
+    return;
+  }
+  if (t->read_length != 0 && !t->reads.done()) {
+    t->imm_seen = true;  // our reads complete it (reads_done)
     return;
   }
   finish_recv(*t, t->length > t->capacity ? RDMX_ERR_TRUNCATED : RDMX_OK);
@@ -552,11 +671,21 @@ void Engine::on_fragment(PeerIndex peer, const protocol::DataBody& body, const v
 }
 
 void Engine::fail_recv(Recv& t, int code, bool tell_sender) {
+  if (t.state == RecvState::kDraining) {
+    return;
+  }
   if (tell_sender) {
     queue_fin(t.peer, protocol::FinBody{.sender_slot = t.sender,
                                         .receiver_slot = t.word(),
                                         .status = code,
                                         .flags = protocol::kFinFlagToSender});
+  }
+  if (t.state == RecvState::kWaitData && t.reads.in_flight() != 0) {
+    // The device may still write into the buffer: keep the registration and the request until
+    // every posted read has come back (flushed or not).
+    t.fail_code = code;
+    (void)transition(t.state, RecvState::kDraining, t.word(), t.peer, config_.log);
+    return;
   }
   finish_recv(t, code);
 }
@@ -592,6 +721,18 @@ void Engine::on_fin(PeerIndex peer, const protocol::FinBody& fin) {
     Send* t = sends_->find(fin.sender_slot);
     if (t == nullptr || t->peer != peer) {
       ++stats_.stale;
+      return;
+    }
+    if ((fin.flags & protocol::kFinFlagReadDone) != 0 && fin.status == RDMX_OK) {
+      if (t->state != SendState::kWriting || !t->await_read || t->read_done) {
+        ++stats_.stale;
+        return;
+      }
+      t->read_done = true;
+      if (t->pipe.done()) {
+        stats_.zero_copy_bytes += t->granted;
+        finish_send(*t, RDMX_OK);
+      }
       return;
     }
     fail_send(*t, code, false);
@@ -649,6 +790,8 @@ int Engine::progress() {
         ++work;
         if (t->state == RecvState::kCtsPending) {
           (void)post_cts(*t);
+        } else if (t->state == RecvState::kWaitData) {
+          pump_reads(*t);
         }
       }
     }
@@ -678,7 +821,14 @@ void Engine::cancel_all(int code) {
     }
     fail_send(t, code, false);
   });
-  recvs_->for_each_live([&](Recv& t) { finish_recv(t, code); });
+  recvs_->for_each_live([&](Recv& t) {
+    if (t.request != nullptr) {
+      void* request = t.request;
+      t.request = nullptr;
+      transport_.complete_recv(request, code, t.length);
+    }
+    fail_recv(t, code, false);  // reads in flight: the registration stays until release_all()
+  });
   pending_.clear();
   fins_.clear();
 }

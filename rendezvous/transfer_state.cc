@@ -10,7 +10,7 @@ namespace {
 constexpr std::array<std::string_view, kSendStateCount> kSendNames = {
     "free", "wait_cts", "wait_connection", "writing", "copying", "draining", "done", "failed"};
 constexpr std::array<std::string_view, kRecvStateCount> kRecvNames = {
-    "free", "cts_pending", "wait_data", "copying", "done", "failed"};
+    "free", "cts_pending", "wait_data", "copying", "draining", "done", "failed"};
 
 template <class E>
 constexpr std::uint32_t bit(E e) {
@@ -38,8 +38,10 @@ constexpr std::array<std::uint32_t, kRecvStateCount> kRecvNext = [] {
   std::array<std::uint32_t, kRecvStateCount> t{};
   t[static_cast<int>(R::kFree)] = bit(R::kCtsPending) | bit(R::kWaitData);
   t[static_cast<int>(R::kCtsPending)] = bit(R::kWaitData) | bit(R::kFailed);
-  t[static_cast<int>(R::kWaitData)] = bit(R::kCopying) | bit(R::kDone) | bit(R::kFailed);
+  t[static_cast<int>(R::kWaitData)] =
+      bit(R::kCopying) | bit(R::kDraining) | bit(R::kDone) | bit(R::kFailed);
   t[static_cast<int>(R::kCopying)] = bit(R::kDone) | bit(R::kFailed);
+  t[static_cast<int>(R::kDraining)] = bit(R::kFailed);
   t[static_cast<int>(R::kDone)] = bit(R::kFree);
   t[static_cast<int>(R::kFailed)] = bit(R::kFree);
   return t;

@@ -19,14 +19,16 @@
 //
 // Receiver (one per matched large receive):
 //
-//   kFree ──matched──> kWaitData ──write-with-imm──> kDone ──> kFree
-//     │  (CTS posted)    │    ^
+//   kFree ──matched──> kWaitData ──write-with-imm (and, with a read share, ──> kDone ──> kFree
+//     │  (CTS posted)    │    ^                     the reads' completions)
 //     │                  │    └── CTS posted ──┐
 //     └──matched, CTS ───┼──> kCtsPending ─────┘
 //        not postable    │
 //                        └──first of several fragments──> kCopying ──last fragment──> kDone
 //
-//              peer failed, FIN with an error, teardown: kFailed ──> kFree
+//              peer failed, FIN with an error, teardown: kFailed ──> kFree; from kWaitData
+//              with reads still in flight: kDraining (the registration is held until they
+//              retire) ──> kFailed
 #pragma once
 
 #include <cstdint>
@@ -51,10 +53,11 @@ enum class RecvState : std::uint8_t {
   kCtsPending,  // matched and registered; the CTS waits for send resources
   kWaitData,    // CTS sent; waiting for the write-with-imm (or the first fragment)
   kCopying,     // copy path: some fragments arrived, more to come
+  kDraining,    // failed while its reads were in flight: waits for them before releasing
   kDone,        // completed (OK or truncated)
   kFailed,      // completed with an error
 };
-inline constexpr int kRecvStateCount = 6;
+inline constexpr int kRecvStateCount = 7;
 
 std::string_view to_string(SendState state) noexcept;
 std::string_view to_string(RecvState state) noexcept;

@@ -221,6 +221,7 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
   u32("RDMX_RING_PEERS", &config->ring_peers, false);
   u32("RDMX_RING_SLOTS", &config->ring_slots, false);
   u32("RDMX_RING_SLOT_SIZE", &config->ring_slot_size, true);
+  integer("RDMX_RNDV_READ_SHARE", &config->rndv_read_share, -1, kMaxReadShare);
   return rc;
 }
 
@@ -318,6 +319,13 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
   r.ring_peers = r.ud ? 0 : config.ring_peers;
   r.ring_slots = config.ring_slots;
   r.ring_slot_size = config.ring_slot_size;
+  if (config.rndv_read_share < -1 || config.rndv_read_share > kMaxReadShare) {
+    return fail("rndv_read_share " + std::to_string(config.rndv_read_share) +
+                " is not a percentage in [0, " + std::to_string(kMaxReadShare) +
+                "] or -1 for the device's default (RDMX_RNDV_READ_SHARE)");
+  }
+  // UD's on-demand RC connections carry writes only.
+  r.rndv_read_share = r.ud ? 0 : config.rndv_read_share;
   *out = r;
   return RDMX_OK;
 }
@@ -376,6 +384,7 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->ring_peers = kDefaultRingPeers;
   c->ring_slots = kDefaultRingSlots;
   c->ring_slot_size = kDefaultRingSlotSize;
+  c->rndv_read_share = kDefaultReadShare;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

@@ -34,6 +34,12 @@ inline constexpr std::uint32_t kDefaultMaxRcPeers = 64;
 inline constexpr std::uint32_t kDefaultRingPeers = 16;
 inline constexpr std::uint32_t kDefaultRingSlots = 32;
 inline constexpr std::uint32_t kDefaultRingSlotSize = 512;
+// The receiver's read share of a rendezvous message (rdmx_config_t.rndv_read_share): -1 picks
+// kSoftwareReadShare on software devices, 0 on hardware. At most kMaxReadShare percent, so
+// that the sender always writes a part (its write-with-imm completes the receive).
+inline constexpr int kDefaultReadShare = -1;
+inline constexpr int kSoftwareReadShare = 50;
+inline constexpr int kMaxReadShare = 90;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -71,6 +77,7 @@ struct Resolved {
   std::uint32_t ring_peers = 0;  // 0: no rings (UD, or turned off)
   std::uint32_t ring_slots = 0;
   std::uint32_t ring_slot_size = 0;
+  int rndv_read_share = 0;  // percent; -1: chosen by device type (the worker knows it); UD: 0
   bool ud = false;
 };
 

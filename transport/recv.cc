@@ -295,7 +295,7 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   const protocol::WrId id = protocol::decode(wc.wr_id);
   if ((id.kind != protocol::WrKind::kSend && id.kind != protocol::WrKind::kSendInline &&
        id.kind != protocol::WrKind::kControl && id.kind != protocol::WrKind::kRdmaWrite &&
-       id.kind != protocol::WrKind::kRdmaWriteImm) ||
+       id.kind != protocol::WrKind::kRdmaWriteImm && id.kind != protocol::WrKind::kRdmaRead) ||
       id.thread >= threads_.size()) [[unlikely]] {
     std::fprintf(stderr, "rdmx: send completion with a foreign wr_id %016llx\n",
                  static_cast<unsigned long long>(wc.wr_id));
@@ -311,7 +311,7 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   eager::SendDesc& desc = pool.desc(id.slot);
   Peer* failed = nullptr;
   Peer* write_qp_failed = nullptr;
-  const std::uint64_t write_token = desc.cookie;  // a rendezvous write: the engine's token
+  const std::uint64_t rndv_token = desc.cookie;  // a rendezvous write or read: the engine's token
   if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
     if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) {
       ++stat_rnr_exceeded_;
@@ -347,8 +347,10 @@ void Worker::on_send_completion(const ibv_wc& wc) {
       }
     }
   });
-  if (write_token != 0) {
-    rndv_->on_write_completion(write_token, wc.status == IBV_WC_SUCCESS);
+  if (rndv_token != 0 && id.kind == protocol::WrKind::kRdmaRead) {
+    rndv_->on_read_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
+  } else if (rndv_token != 0) {
+    rndv_->on_write_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
   }
   if (write_qp_failed != nullptr && write_qp_failed->wr_state == WriteQpState::kReady) {
     write_qp_failed->wr_sq.close();

@@ -25,6 +25,20 @@ namespace {
 constexpr std::uint64_t kWrConnectRtoUs = 2000;
 constexpr std::uint64_t kWrConnectRtoMaxUs = 200000;
 
+// SendQueue::post's result for an RDMA write or read, in the engine's terms.
+rendezvous::PostResult rdma_posted(int rc, const char* what) {
+  if (rc == 0) [[likely]] {
+    return rendezvous::PostResult::kPosted;
+  }
+  if (rc == EAGAIN) {
+    return rendezvous::PostResult::kNoResource;
+  }
+  if (rc != ESHUTDOWN) {
+    verbs::log_verb_failure("ibv_post_send", rc, what);
+  }
+  return rendezvous::PostResult::kFailed;
+}
+
 }  // namespace
 
 // --- the engine's view of the worker -----------------------------------------------------------
@@ -62,6 +76,10 @@ class Worker::RndvHooks final : public rendezvous::Transport {
   rendezvous::PostResult post_write(rendezvous::PeerIndex peer,
                                     const rendezvous::WriteRequest& write) override {
     return w_.post_write(*w_.peers_[peer], write);
+  }
+  rendezvous::PostResult post_read(rendezvous::PeerIndex peer,
+                                   const rendezvous::ReadRequest& read) override {
+    return w_.post_read(*w_.peers_[peer], read);
   }
   void complete_send(void* request, int code) override {
     Request* r = static_cast<Request*>(request);
@@ -108,6 +126,13 @@ void Worker::setup_rendezvous() {
   // The largest message one work request may carry (rxe: 8 MiB): no write is larger.
   ec.max_write = port_attr_.max_msg_sz != 0 ? port_attr_.max_msg_sz : (1u << 31);
   ec.pipeline_depth = rendezvous::kDefaultPipelineDepth;
+  // The read share (-1: by device). On a software device the sender's writes run in its own
+  // system calls and the receiver's reads in the receiver's, so the two CPUs move one message
+  // together; a hardware NIC moves it at link speed either way, and reads only add a FIN.
+  const int share = res_.rndv_read_share >= 0 ? res_.rndv_read_share
+                    : software_device_        ? kSoftwareReadShare
+                                              : 0;
+  ec.read_percent = static_cast<std::uint32_t>(share);
   ec.log.verbose = config_.verbose;
   rndv_ = std::make_unique<rendezvous::Engine>(*rndv_hooks_, *rcache_, ec);
   if (ud_mode_) {
@@ -116,10 +141,15 @@ void Worker::setup_rendezvous() {
   if (config_.verbose >= 1) {
     std::fprintf(stderr,
                  "rdmx: rendezvous from %zu bytes: RDMA writes of up to %u bytes, %u in flight, "
-                 "%s%s\n",
+                 "%s%s; the receiver reads %d%% of messages from %llu bytes (%s)\n",
                  res_.rndv_thresh, ec.max_write, ec.pipeline_depth,
                  ud_mode_ ? "on-demand RC connections, at most " : "over the RC QPs",
-                 ud_mode_ ? std::to_string(res_.max_rc_peers).c_str() : "");
+                 ud_mode_ ? std::to_string(res_.max_rc_peers).c_str() : "", share,
+                 static_cast<unsigned long long>(ec.min_read_split),
+                 ud_mode_                    ? "UD mode writes only"
+                 : res_.rndv_read_share >= 0 ? "RDMX_RNDV_READ_SHARE"
+                 : software_device_          ? "software RDMA device"
+                                             : "hardware device");
   }
 }
 
@@ -227,16 +257,29 @@ rendezvous::PostResult Worker::post_write(Peer& p, const rendezvous::WriteReques
                                       .want_signal = w.signaled,
                                       .peer = &p,
                                       .cookie = w.token});
-  if (rc == 0) [[likely]] {
-    return rendezvous::PostResult::kPosted;
+  return rdma_posted(rc, "rendezvous RDMA write");
+}
+
+rendezvous::PostResult Worker::post_read(Peer& p, const rendezvous::ReadRequest& r) {
+  // RC mode only (the engine is configured without reads in UD mode): the large-class QP, the
+  // one the sender's writes of the other share arrive on.
+  if (p.state == PeerState::kFailed || ud_mode_) {
+    return rendezvous::PostResult::kFailed;
   }
-  if (rc == EAGAIN) {
-    return rendezvous::PostResult::kNoResource;
-  }
-  if (rc != ESHUTDOWN) {
-    verbs::log_verb_failure("ibv_post_send", rc, "rendezvous RDMA write");
-  }
-  return rendezvous::PostResult::kFailed;
+  ibv_sge sge{
+      .addr = reinterpret_cast<std::uintptr_t>(r.local_addr), .length = r.length, .lkey = r.lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = r.remote_addr;
+  wr.wr.rdma.rkey = r.rkey;
+  const int rc = p.rc_sq[1].post(*threads_[0].send, wr,
+                                 eager::SendQueue::Post{.kind = protocol::WrKind::kRdmaRead,
+                                                        .want_signal = r.signaled,
+                                                        .peer = &p,
+                                                        .cookie = r.token});
+  return rdma_posted(rc, "rendezvous RDMA read");
 }
 
 // --- receiver ----------------------------------------------------------------------------------

@@ -165,12 +165,12 @@ void Worker::create_rc_qps(Peer& peer) {
                                        .max_recv_sge = 1,
                                        .max_inline_data = max_inline_},
                               .sq_sig_all = false}));
-    // REMOTE_WRITE: the zero-length write that flushes unsignalled sends (and, later, the
-    // rendezvous writes) must be accepted by the responder.
-    qp->to_init(
-        verbs::RcInitAttr{.port_num = port_,
-                          .pkey_index = 0,
-                          .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
+    // REMOTE_WRITE: the zero-length write that flushes unsignalled sends and the rendezvous
+    // writes must be accepted by the responder; REMOTE_READ: the receiver's read share.
+    qp->to_init(verbs::RcInitAttr{
+        .port_num = port_,
+        .pkey_index = 0,
+        .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ});
     peer.rc_psn[c] = rd() & 0xffffff;
     peer.rc_sq[c] = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery, kRcSendReserve);
     peer.rc_qp[c] = std::move(qp);
@@ -189,7 +189,7 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
                                            .path_mtu = peer.path_mtu,
                                            .sgid_index = static_cast<std::uint8_t>(gid_index_),
                                            .min_rnr_timer = 1,
-                                           .max_dest_rd_atomic = 1,
+                                           .max_dest_rd_atomic = rd_atomic_,
                                            .port_num = port_});
     // timeout 17 (0.5 s per try) and retry_cnt 7: on an incast the ACKs of a QP that keeps
     // meeting an empty SRQ can be late many times in a row, and an RC QP that gives up fails
@@ -199,7 +199,7 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
     peer.rc_qp[c]->to_rts(verbs::RcRtsAttr{.sq_psn = peer.rc_psn[c],
                                            .timeout = 17,
                                            .retry_cnt = 7,
-                                           .max_rd_atomic = 1,
+                                           .max_rd_atomic = rd_atomic_,
                                            .rnr_retry = 7});
   }
   peer.rc_ready = true;

@@ -145,6 +145,15 @@ void Worker::setup() {
     port_ = static_cast<std::uint8_t>(config_.port);
   }
   port_attr_ = ctx_->query_port(port_);
+  {
+    const ibv_device_attr dev = ctx_->query_device().orig_attr;
+    rd_atomic_ = static_cast<std::uint8_t>(
+        std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1, kRcRdAtomic));
+    // The vendor ids the kernel's software drivers report (rxe_param.h, siw.h).
+    constexpr std::uint32_t kRxeVendorId = 0xffffff;
+    constexpr std::uint32_t kSiwVendorId = 0x626d74;
+    software_device_ = dev.vendor_id == kRxeVendorId || dev.vendor_id == kSiwVendorId;
+  }
   if (port_attr_.state != IBV_PORT_ACTIVE) {
     throw SetupError{RDMX_ERR_NO_DEVICE, "port " + std::to_string(port_) + " of " + device_name_ +
                                              " is not active: set RDMX_DEVICE/RDMX_PORT"};
@@ -654,6 +663,7 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_recvs = e.recvs;
     s.rndv_zero_copy_bytes = e.zero_copy_bytes;
     s.rndv_copied_bytes = e.copied_bytes;
+    s.rndv_read_bytes = e.read_bytes;
     s.rndv_reg_failures = e.reg_failures;
   }
   if (rcache_) {

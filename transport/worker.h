@@ -75,6 +75,7 @@ inline constexpr int kRingPollBatch = 16;
 
 // Queue sizes (see README "Defaults").
 inline constexpr std::uint32_t kRcSendDepth = 128;  // WRs per RC QP for messages
+inline constexpr int kRcRdAtomic = 16;  // RDMA reads in flight per RC QP at most (the read share)
 inline constexpr std::uint32_t kRcSendReserve = 2;  // + WRs for flushes and kicks
 // RC credit window per peer: half the SRQ depth (less a refill batch) shared among the peers
 // that may send to us (Worker::update_rc_credit_window), within bounds.
@@ -363,6 +364,7 @@ class Worker {
                        const std::byte* payload);
   rendezvous::WriteConnection write_connection(Peer& peer);
   rendezvous::PostResult post_write(Peer& peer, const rendezvous::WriteRequest& write);
+  rendezvous::PostResult post_read(Peer& peer, const rendezvous::ReadRequest& read);
   // UD: on-demand RC connections for writes.
   void start_wr_connect(Peer& peer);
   bool create_wr_qp(Peer& peer);
@@ -397,6 +399,11 @@ class Worker {
   ibv_gid gid_{};
   ibv_port_attr port_attr_{};
   std::uint32_t max_inline_ = 0;
+  // RDMA reads in flight per RC QP, each way (max_rd_atomic and max_dest_rd_atomic): the
+  // device's limit, at most kRcRdAtomic.
+  std::uint8_t rd_atomic_ = 1;
+  // A software RDMA device (rxe, siw): the CPUs of the two processes move the bytes.
+  bool software_device_ = false;
   std::uint64_t rng_ = 0;
   std::uint32_t drop_threshold_ = 0;  // ud_drop_rate scaled to 2^32
 

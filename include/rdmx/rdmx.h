@@ -102,6 +102,12 @@ typedef struct rdmx_config {
   uint32_t ring_slots;        /* RDMX_RING_SLOTS: slots per ring, 2..1024 */
   uint32_t ring_slot_size;    /* RDMX_RING_SLOT_SIZE: bytes per slot, a multiple of 8 in
                                  64..4096 */
+  int rndv_read_share;        /* RDMX_RNDV_READ_SHARE: RC mode, the percentage (0..90) of a
+                                 rendezvous message of 64 KiB and more that the receiver reads
+                                 from the sender's buffer itself (RDMA read) while the sender
+                                 writes the rest. -1 (default): 50 on software RDMA devices (rxe,
+                                 siw), where a CPU moves the bytes and the receiver's reads run
+                                 on its own CPU beside the sender's writes; 0 on hardware */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);
@@ -251,6 +257,9 @@ typedef struct rdmx_stats {
                                     (not in recv_mem_bytes) */
   uint64_t idle_yields;          /* rdmx_worker_idle turns that yielded the CPU */
   uint64_t spin_polls;           /* rdmx_worker_poll's polls beyond the first of each call */
+  uint64_t rndv_read_bytes;      /* bytes this worker read itself as a rendezvous receiver (the
+                                    read share, rdmx_config_t.rndv_read_share; part of the
+                                    sender's rndv_zero_copy_bytes) */
 } rdmx_stats_t;
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);

@@ -105,6 +105,7 @@ typedef struct mca_mtl_rdmx_params {
   unsigned int srq_low_watermark;
   size_t eager_limit;
   size_t rndv_thresh;
+  int rndv_read_share;
   unsigned int peer_timeout_ms;
   unsigned int coalesce;
   unsigned int ring_peers;

@@ -82,6 +82,7 @@ enum {
   P_SRQ_LOW_WATERMARK,
   P_EAGER_LIMIT,
   P_RNDV_THRESH,
+  P_RNDV_READ_SHARE,
   P_PEER_TIMEOUT,
   P_COALESCE,
   P_RING_PEERS,
@@ -155,6 +156,14 @@ static const param_t params[P_COUNT] = {
                        "(RDMX_RNDV_THRESH)",
                        MCA_BASE_VAR_TYPE_SIZE_T, OPAL_INFO_LVL_5,
                        &ompi_mtl_rdmx_params.rndv_thresh},
+    [P_RNDV_READ_SHARE] = {"rndv_read_share", "RDMX_RNDV_READ_SHARE",
+                           "rc: percentage (0..90) of a rendezvous message of 64 KiB and more "
+                           "that the receiver reads from the sender's buffer itself (RDMA read) "
+                           "while the sender writes the rest; -1: 50 on software RDMA devices "
+                           "(rxe, siw), whose bytes are moved by the CPUs of both processes at "
+                           "once, 0 on hardware (RDMX_RNDV_READ_SHARE)",
+                           MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_5,
+                           &ompi_mtl_rdmx_params.rndv_read_share},
     [P_PEER_TIMEOUT] = {"peer_timeout_ms", "RDMX_PEER_TIMEOUT_MS",
                         "A peer silent for this many milliseconds is declared dead "
                         "(RDMX_PEER_TIMEOUT_MS)",
@@ -220,6 +229,7 @@ static int component_register(void) {
   p->srq_low_watermark = d.srq_low_watermark;
   p->eager_limit = d.eager_limit;
   p->rndv_thresh = d.rndv_thresh;
+  p->rndv_read_share = d.rndv_read_share;
   p->peer_timeout_ms = d.peer_timeout_ms;
   p->coalesce = d.coalesce;
   p->ring_peers = d.ring_peers;
@@ -365,6 +375,7 @@ static void apply_mca(rdmx_config_t* c) {
   if (mca_explicit(P_SRQ_LOW_WATERMARK, NULL)) c->srq_low_watermark = p->srq_low_watermark;
   if (mca_explicit(P_EAGER_LIMIT, NULL)) c->eager_limit = p->eager_limit;
   if (mca_explicit(P_RNDV_THRESH, NULL)) c->rndv_thresh = p->rndv_thresh;
+  if (mca_explicit(P_RNDV_READ_SHARE, NULL)) c->rndv_read_share = p->rndv_read_share;
   if (mca_explicit(P_PEER_TIMEOUT, NULL)) c->peer_timeout_ms = p->peer_timeout_ms;
   if (mca_explicit(P_COALESCE, NULL)) c->coalesce = p->coalesce;
   if (mca_explicit(P_RING_PEERS, NULL)) c->ring_peers = p->ring_peers;

@@ -410,7 +410,7 @@ static void print_stats(void) {
           "mtl rdmx stats: rank %u transport %s recv_mem_bytes %llu num_qps %llu srq_posted %llu "
           "unexpected %llu ud_retransmits %llu coalesced_msgs %llu coalesced_batches %llu "
           "ring_sends %llu ring_recvs %llu ring_peers %llu ring_mem_bytes %llu idle_yields %llu "
-          "spin_polls %llu\n",
+          "spin_polls %llu rndv_zero_copy_bytes %llu rndv_read_bytes %llu\n",
           (unsigned)OPAL_PROC_MY_NAME.vpid, RDMX_TRANSPORT_UD == st.transport ? "ud" : "rc",
           (unsigned long long)st.recv_mem_bytes, (unsigned long long)st.num_qps,
           (unsigned long long)st.srq_posted, (unsigned long long)st.unexpected,
@@ -418,7 +418,8 @@ static void print_stats(void) {
           (unsigned long long)st.coalesced_batches, (unsigned long long)st.ring_sends,
           (unsigned long long)st.ring_recvs, (unsigned long long)st.ring_peers,
           (unsigned long long)st.ring_mem_bytes, (unsigned long long)st.idle_yields,
-          (unsigned long long)st.spin_polls);
+          (unsigned long long)st.spin_polls, (unsigned long long)st.rndv_zero_copy_bytes,
+          (unsigned long long)st.rndv_read_bytes);
   fflush(stderr);
 }
 

@@ -55,6 +55,7 @@ class Node final : public Transport {
   std::size_t fragment_capacity(PeerIndex) override { return frag_cap; }
   WriteConnection write_connection(PeerIndex) override { return connection; }
   PostResult post_write(PeerIndex peer, const WriteRequest& write) override;
+  PostResult post_read(PeerIndex peer, const ReadRequest& read) override;
   void complete_send(void* request, int code) override {
     Req* r = static_cast<Req*>(request);
     ++r->completions;
@@ -84,6 +85,7 @@ class Node final : public Transport {
   std::uint32_t cts_posted = 0;
   std::uint32_t fins_posted = 0;
   std::uint32_t fragments_posted = 0;
+  std::uint32_t reads_posted = 0;
 
   FakeState fake;
 
@@ -105,8 +107,12 @@ struct CtrlMsg {
   std::vector<std::byte> bytes;
 };
 
+// An RDMA write, or an RDMA read (the receiver's read share): both go through the poster's
+// send queue to the peer, in order, and share its room.
 struct Write {
   WriteRequest w;
+  bool is_read = false;
+  ReadRequest r;
 };
 
 CtrlMsg make_msg(CtrlMsg::Kind kind, const protocol::CtsBody& cts, const protocol::FinBody& fin,
@@ -159,6 +165,7 @@ class Net {
 
  private:
   void execute_write(std::uint32_t from, std::uint32_t to);
+  void execute_read(std::uint32_t from, std::uint32_t to, const ReadRequest& r);
   void deliver(std::uint32_t from, std::uint32_t to);
 
   std::mt19937 rng_;
@@ -225,8 +232,23 @@ PostResult Node::post_write(PeerIndex peer, const WriteRequest& write) {
   ++outstanding_writes;
   // Like SendQueue: the WR that fills the queue is signalled, so that a full queue always
   // produces a completion that makes room again.
-  Write w{write};
+  Write w{.w = write, .is_read = false, .r = {}};
   w.w.signaled = w.w.signaled || outstanding_writes >= write_room;
+  net_.writes(id_, peer).push_back(w);
+  return PostResult::kPosted;
+}
+
+PostResult Node::post_read(PeerIndex peer, const ReadRequest& read) {
+  if (qp_error) {
+    return PostResult::kFailed;
+  }
+  if (outstanding_writes >= write_room) {
+    return PostResult::kNoResource;
+  }
+  ++outstanding_writes;
+  Write w{.w = {}, .is_read = true, .r = read};
+  w.r.signaled = w.r.signaled || outstanding_writes >= write_room;
+  ++reads_posted;
   net_.writes(id_, peer).push_back(w);
   return PostResult::kPosted;
 }
@@ -245,11 +267,41 @@ bool covered(const FakeState& fake, std::uint32_t key, bool rkey, std::uintptr_t
   return addr >= r.start && addr + len <= r.end && (r.access & access) == access;
 }
 
+void Net::execute_read(std::uint32_t from, std::uint32_t to, const ReadRequest& r) {
+  Node& reader = *nodes_[from];
+  Node& owner = *nodes_[to];
+  bool ok = !reader.qp_error;
+  if (ok) {
+    const auto local = reinterpret_cast<std::uintptr_t>(r.local_addr);
+    ok = covered(reader.fake, r.lkey, false, local, r.length, IBV_ACCESS_LOCAL_WRITE) &&
+         covered(owner.fake, r.rkey, true, r.remote_addr, r.length, IBV_ACCESS_REMOTE_READ);
+    EXPECT_TRUE(ok) << "read with keys that do not cover it";
+    if (ok) {
+      std::memcpy(r.local_addr, reinterpret_cast<const void*>(r.remote_addr), r.length);
+    }
+  }
+  if (!ok) {
+    reader.qp_error = true;
+  }
+  if (r.signaled || !ok) {
+    reader.outstanding_writes -= reader.unsignaled_done + 1;
+    reader.unsignaled_done = 0;
+    reader.engine.on_read_completion(r.token, ok);
+  } else {
+    ++reader.unsignaled_done;
+  }
+}
+
 void Net::execute_write(std::uint32_t from, std::uint32_t to) {
   Node& src = *nodes_[from];
   Node& dst = *nodes_[to];
-  const WriteRequest w = writes(from, to).front().w;
+  const Write item = writes(from, to).front();
   writes(from, to).pop_front();
+  if (item.is_read) {
+    execute_read(from, to, item.r);
+    return;
+  }
+  const WriteRequest w = item.w;
   bool ok = !src.qp_error;
   if (ok && w.length != 0) {
     const auto local = reinterpret_cast<std::uintptr_t>(w.local_addr);
@@ -733,6 +785,161 @@ TEST(Engine, CtsWithUnknownFlagsFailsBothSides) {
                                             .receiver_slot = 0x00100000,
                                             .flags = 0x80});
   EXPECT_EQ(send.code, RDMX_ERR_IO);
+}
+
+// --- the receiver's read share -------------------------------------------------------------
+
+EngineConfig read_share(std::uint32_t percent, std::uint32_t max_write = 4096,
+                        std::uint32_t depth = 4) {
+  EngineConfig c = small_writes(max_write, depth);
+  c.read_percent = percent;
+  c.min_read_split = 1000;
+  return c;
+}
+
+TEST(Engine, ReadShareMovesPartOfTheMessageByReadsAndTheRestByWrites) {
+  // Random delivery orders: the write-with-imm before, between and after the reads.
+  for (const std::uint32_t seed : {1u, 2u, 3u, 4u, 5u}) {
+    for (const std::size_t len : {1000ul, 4097ul, 50'000ul, 1ul << 20}) {
+      for (const std::uint32_t percent : {1u, 50u, 99u}) {
+        SCOPED_TRACE("seed " + std::to_string(seed) + " length " + std::to_string(len) +
+                     " percent " + std::to_string(percent));
+        Net net(2, read_share(percent), seed);
+        Transfer t;
+        one_transfer(net, t, len, len, seed, seed * 3);
+        expect_delivered(t, len);
+        const std::uint64_t share = len / 100 * percent & ~std::uint64_t{63};
+        const EngineStats& r = net[1].engine.stats();
+        EXPECT_EQ(r.read_bytes, share);
+        EXPECT_EQ(r.reads, share == 0 ? 0u : WritePlan(share, 4096, 4).count());
+        EXPECT_EQ(net[0].engine.stats().writes, WritePlan(len - share, 4096, 4).count());
+        EXPECT_EQ(net[0].engine.stats().zero_copy_bytes, len);
+        EXPECT_EQ(net[0].engine.stats().send_active, 0u);
+        EXPECT_EQ(r.recv_active, 0u);
+      }
+    }
+  }
+}
+
+TEST(Engine, ReadShareWithTruncationReadsOnlyTheGrantedBytes) {
+  Net net(2, read_share(50));
+  Transfer t;
+  one_transfer(net, t, 100'000, 30'000);
+  expect_delivered(t, 100'000);
+  EXPECT_EQ(net[1].engine.stats().read_bytes, 15'000u & ~63u);
+  EXPECT_EQ(net[1].engine.stats().truncated, 1u);
+}
+
+TEST(Engine, ReadShareIsOffBelowTheSplitSizeOrWithoutTheSendersKey) {
+  Net net(2, read_share(50));
+  Transfer t;
+  one_transfer(net, t, 999, 999);
+  expect_delivered(t, 999);
+  EXPECT_EQ(net[1].engine.stats().reads, 0u);
+  // A sender without reads configured offers no key: the receiver then asks for writes only.
+  Net mixed(2, read_share(50));
+  Transfer u;
+  u.src = pattern(20'000, 4);
+  u.dst = std::make_unique<RecvBuf>(20'000, 0);
+  mixed.send(0, 1, u.send, u.src.data(), 20'000, &u.rts);
+  ASSERT_NE(u.rts.rkey, 0u);
+  u.rts.rkey = 0;
+  mixed[1].engine.on_rts_matched(0, &u.recv, u.dst->data, 20'000, u.rts);
+  mixed.run();
+  expect_delivered(u, 20'000);
+  EXPECT_EQ(mixed[1].engine.stats().reads, 0u);
+}
+
+TEST(Engine, ReadShareEachSideWaitsForTheOther) {
+  Net net(2, read_share(50));
+  net[1].write_room = 0;  // the receiver's reads cannot be posted yet
+  Transfer t;
+  start_transfer(net, t, 40'000, 11);
+  for (int i = 0; i < 2000; ++i) {
+    (void)net.step();
+  }
+  const std::uint64_t share = 20'000 & ~63u;  // half, in whole 64-byte units
+  EXPECT_EQ(net[0].engine.stats().writes, WritePlan(40'000 - share, 4096, 4).count())
+      << "the sender's share is written";
+  EXPECT_EQ(t.send.completions, 0) << "the receiver still has to read the sender's buffer";
+  EXPECT_EQ(t.recv.completions, 0) << "the write-with-imm alone does not complete a read share";
+  net[1].write_room = 1u << 30;
+  net.run();
+  expect_delivered(t, 40'000);
+  EXPECT_EQ(net[1].engine.stats().read_bytes, share);
+}
+
+TEST(Engine, ReadErrorFailsBothSides) {
+  for (const bool before_post : {true, false}) {
+    SCOPED_TRACE(before_post ? "the QP fails before the reads" : "a read completes in error");
+    Net net(2, read_share(50, 1000, 8));
+    if (before_post) {
+      net[1].qp_error = true;
+    }
+    Transfer t;
+    start_transfer(net, t, 40'000, 12);
+    net[1].qp_error = true;
+    net.run();
+    EXPECT_EQ(t.recv.completions, 1);
+    EXPECT_EQ(t.recv.code, RDMX_ERR_IO);
+    EXPECT_EQ(t.send.completions, 1) << "the FIN tells the sender";
+    EXPECT_EQ(t.send.code, RDMX_ERR_IO);
+    EXPECT_EQ(net[1].outstanding_writes, 0u) << "every posted read came back";
+    EXPECT_EQ(net[0].engine.stats().send_active, 0u);
+    EXPECT_EQ(net[1].engine.stats().recv_active, 0u);
+  }
+}
+
+TEST(Engine, PeerFailureWithReadsInFlightHoldsTheReceiveUntilTheyRetire) {
+  Net net(2, read_share(50, 1000, 8));
+  Transfer t;
+  start_transfer(net, t, 40'000, 13);
+  ASSERT_GT(net.writes(1, 0).size(), 1u) << "reads posted with the CTS";
+  net[1].engine.on_peer_failed(0, RDMX_ERR_UNREACHABLE);
+  EXPECT_EQ(t.recv.completions, 0) << "the device may still write into the buffer";
+  EXPECT_EQ(net[1].engine.stats().recv_active, 1u);
+  net[0].engine.on_peer_failed(1, RDMX_ERR_UNREACHABLE);
+  net.ctrl(0, 1).clear();
+  net.ctrl(1, 0).clear();
+  net.writes(0, 1).clear();
+  net[1].qp_error = true;  // the dead connection flushes the reads
+  net.run();
+  EXPECT_EQ(t.recv.completions, 1);
+  EXPECT_EQ(t.recv.code, RDMX_ERR_UNREACHABLE);
+  EXPECT_EQ(net[1].engine.stats().recv_active, 0u);
+}
+
+TEST(Engine, CancelAllKeepsRegistrationsOfReadsInFlightUntilReleaseAll) {
+  Net net(2, read_share(50, 1000, 8));
+  Transfer t;
+  start_transfer(net, t, 40'000, 14);
+  ASSERT_FALSE(net.writes(1, 0).empty());
+  net[1].engine.cancel_all(RDMX_ERR_CANCELED);
+  EXPECT_EQ(t.recv.completions, 1);
+  EXPECT_EQ(t.recv.code, RDMX_ERR_CANCELED);
+  EXPECT_EQ(net[1].engine.stats().recv_active, 1u) << "draining: the device may still write";
+  net[1].engine.release_all();
+  EXPECT_EQ(net[1].engine.stats().recv_active, 0u);
+  EXPECT_EQ(t.recv.completions, 1) << "no second completion";
+}
+
+TEST(Engine, ReadCtsThatBreaksTheRulesFailsTheSend) {
+  for (const std::uint64_t offset : {0ul, 9000ul, 20'000ul}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    Net net(2, read_share(50));
+    Req send;
+    std::vector<std::byte> src = pattern(9000, 15);
+    protocol::RtsBody rts{};
+    net.send(0, 1, send, src.data(), src.size(), &rts);
+    net[0].engine.on_cts(1, protocol::CtsBody{.remote_addr = 0,
+                                              .offset = offset,
+                                              .granted_length = 100,
+                                              .rkey = 0,
+                                              .sender_slot = rts.sender_slot,
+                                              .receiver_slot = 0x00100000,
+                                              .flags = protocol::kCtsFlagRead});
+    EXPECT_EQ(send.code, RDMX_ERR_IO);
+  }
 }
 
 TEST(Engine, ManyConcurrentTransfersFromSeveralPeersInRandomOrder) {

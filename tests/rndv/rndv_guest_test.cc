@@ -141,6 +141,11 @@ class Rndv : public ::testing::TestWithParam<Mode> {
     }
   }
   bool ud() const { return GetParam().transport == RDMX_TRANSPORT_UD; }
+  // What the receiver of an n-byte rendezvous message reads itself with the default share: the
+  // guest's devices are rxe, a software device (50 %, from 64 KiB); UD mode writes only.
+  std::uint64_t read_share_of(std::size_t n) const {
+    return ud() || n < 64 * 1024 ? 0 : (n / 100 * 50) & ~std::uint64_t{63};
+  }
   // The long cases (64 MiB, the copy path) run in one device pairing per transport: RC on one
   // device, UD across two. What they test does not depend on the pairing, and the CI's whole
   // guest phase has ~15 min.
@@ -190,7 +195,7 @@ TEST_P(Rndv, SizesAroundTheThresholdAndTheWriteLimit) {
           : std::vector<std::size_t>{th - 1, th, th + 1, kMiB, kWriteLimit + 1};
   run(2, [&](Rank& rank, Session& s) {
     std::vector<std::uint8_t> buf(sizes.back() + 1);
-    std::uint64_t want_rndv = 0, want_bytes = 0;
+    std::uint64_t want_rndv = 0, want_bytes = 0, want_read = 0;
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       const std::size_t n = sizes[k];
       const int rounds = n >= 64 * kMiB ? 1 : 2;
@@ -200,6 +205,7 @@ TEST_P(Rndv, SizesAroundTheThresholdAndTheWriteLimit) {
         if (n >= th) {
           ++want_rndv;
           want_bytes += n;
+          want_read += read_share_of(n);
         }
         if (rank.rank() == 1) {
           fill(buf.data(), n, seed);
@@ -244,8 +250,47 @@ TEST_P(Rndv, SizesAroundTheThresholdAndTheWriteLimit) {
       RDMX_CHECK_EQ(rank, st.rndv_copied_bytes, 0u);
     } else {
       RDMX_CHECK_EQ(rank, st.rndv_recvs, want_rndv);
+      RDMX_CHECK_EQ(rank, st.rndv_read_bytes, want_read);
     }
   });
+}
+
+// The writes-only protocol (rndv_read_share 0, a hardware device's default) around the write
+// limit; the other cases here run with rxe's default share.
+TEST_P(Rndv, WritesOnlyWhenTheReadShareIsOff) {
+  if (ud()) {
+    GTEST_SKIP() << "UD mode always writes only";
+  }
+  const std::vector<std::size_t> sizes = {kMiB, kWriteLimit + 1};
+  run(
+      2,
+      [&](Rank& rank, Session& s) {
+        std::vector<std::uint8_t> buf(sizes.back());
+        for (std::size_t k = 0; k < sizes.size(); ++k) {
+          const std::size_t n = sizes[k];
+          const auto seed = static_cast<std::uint32_t>(50 + k);
+          if (rank.rank() == 1) {
+            fill(buf.data(), n, seed);
+            send_blocking(rank, s, 0, buf.data(), n, seed);
+            continue;
+          }
+          std::fill(buf.begin(), buf.end(), 0);
+          rdmx_request_t req;
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, buf.data(), n, s.uids[1], seed, kAll, &req,
+                                            nullptr, nullptr));
+          RDMX_CHECK_OK(
+              rank, wait_request(rank, s.worker, &req, &st, "receive", std::chrono::minutes(5)));
+          RDMX_CHECK_EQ(rank, st.length, n);
+          RDMX_CHECK_CONTENTS(rank, buf.data(), n, seed);
+        }
+        const rdmx_stats_t st = stats_of(rank, s);
+        RDMX_CHECK_EQ(rank, st.rndv_read_bytes, 0u);
+        if (rank.rank() == 1) {
+          RDMX_CHECK_EQ(rank, st.rndv_zero_copy_bytes, kMiB + kWriteLimit + 1);
+        }
+      },
+      [](Rank&, rdmx_config_t& c) { c.rndv_read_share = 0; });
 }
 
 TEST_P(Rndv, OneGiBOnce) {
