@@ -24,8 +24,8 @@ struct Engine::Send {
   void* request = nullptr;
   const std::byte* buffer = nullptr;
   std::uint64_t length = 0;  // the message
-  std::uint64_t granted =
-      0;  // min(length, end of the CTS grant); writes cover [cts.offset, granted)
+  // min(length, end of the CTS grant); the writes cover [cts.offset, granted)
+  std::uint64_t granted = 0;
   std::uint64_t copy_offset = 0;
   protocol::CtsBody cts{};
   WritePipeline pipe;
@@ -402,13 +402,18 @@ void Engine::on_write_completion(std::uint64_t token, bool ok) {
     return;
   }
   if (t->pipe.done()) {
-    if (!t->await_read || t->read_done) {
-      stats_.zero_copy_bytes += t->granted;
-      finish_send(*t, RDMX_OK);
-    }
-    return;  // else the receiver's FIN says when it has read its share of our buffer
+    finish_send_if_read(*t);
+    return;
   }
   pump_writes(*t);
+}
+
+void Engine::finish_send_if_read(Send& t) {
+  // With a read share the receiver's FIN says when it has read its part of our buffer.
+  if (!t.await_read || t.read_done) {
+    stats_.zero_copy_bytes += t.granted;
+    finish_send(t, RDMX_OK);
+  }
 }
 
 void Engine::start_copy(Send& t, const char* why) {
@@ -730,8 +735,7 @@ void Engine::on_fin(PeerIndex peer, const protocol::FinBody& fin) {
       }
       t->read_done = true;
       if (t->pipe.done()) {
-        stats_.zero_copy_bytes += t->granted;
-        finish_send(*t, RDMX_OK);
+        finish_send_if_read(*t);
       }
       return;
     }

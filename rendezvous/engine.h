@@ -6,7 +6,8 @@
 //
 //   sender                                                 receiver
 //   begin_send: register the source buffer (read-only
-//   is fine: access 0), RtsBody for the transport,
+//   is fine: access 0, REMOTE_READ for a read share),
+//   RtsBody for the transport,
 //   which sends kRts in the peer's message order  ──RTS──> matched at once, later from the
 //                                                          unexpected queue, or by mprobe+mrecv:
 //                                                          on_rts_matched: register the receive
@@ -152,8 +153,9 @@ struct EngineConfig {
   // min_read_split bytes itself (RDMA reads of the RTS's buffer) while the sender writes the
   // rest. 0: the sender writes everything. Where the CPU is the NIC (rxe, siw) the reads run in
   // the receiver's context and the writes in the sender's, so the two halves move in parallel.
+  // From 8 KiB (measured on rxe, osu_bw: 16 KiB 59-61 MB/s with it, 38 without).
   std::uint32_t read_percent = 0;
-  std::uint64_t min_read_split = 64 * 1024;
+  std::uint64_t min_read_split = 8 * 1024;
   // State transitions and protocol errors; verbose >= 1 also reports copy-path fallbacks.
   TransitionLog log;
 };
@@ -252,6 +254,7 @@ class Engine {
   bool sent(Send& t, PostResult r);
   void fail_send(Send& t, int code, bool tell_receiver);
   void finish_send(Send& t, int code);
+  void finish_send_if_read(Send& t);  // writes done: complete unless a read share is pending
   void release_send(Send& t);  // drop the registration and the slot (from done, failed or wait_cts)
   // receiver
   bool post_cts(Recv& t);

@@ -103,7 +103,7 @@ typedef struct rdmx_config {
   uint32_t ring_slot_size;    /* RDMX_RING_SLOT_SIZE: bytes per slot, a multiple of 8 in
                                  64..4096 */
   int rndv_read_share;        /* RDMX_RNDV_READ_SHARE: RC mode, the percentage (0..90) of a
-                                 rendezvous message of 64 KiB and more that the receiver reads
+                                 rendezvous message of 8 KiB and more that the receiver reads
                                  from the sender's buffer itself (RDMA read) while the sender
                                  writes the rest. -1 (default): 50 on software RDMA devices (rxe,
                                  siw), where a CPU moves the bytes and the receiver's reads run

@@ -157,7 +157,7 @@ static const param_t params[P_COUNT] = {
                        MCA_BASE_VAR_TYPE_SIZE_T, OPAL_INFO_LVL_5,
                        &ompi_mtl_rdmx_params.rndv_thresh},
     [P_RNDV_READ_SHARE] = {"rndv_read_share", "RDMX_RNDV_READ_SHARE",
-                           "rc: percentage (0..90) of a rendezvous message of 64 KiB and more "
+                           "rc: percentage (0..90) of a rendezvous message of 8 KiB and more "
                            "that the receiver reads from the sender's buffer itself (RDMA read) "
                            "while the sender writes the rest; -1: 50 on software RDMA devices "
                            "(rxe, siw), whose bytes are moved by the CPUs of both processes at "

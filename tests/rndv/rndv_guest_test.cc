@@ -142,9 +142,9 @@ class Rndv : public ::testing::TestWithParam<Mode> {
   }
   bool ud() const { return GetParam().transport == RDMX_TRANSPORT_UD; }
   // What the receiver of an n-byte rendezvous message reads itself with the default share: the
-  // guest's devices are rxe, a software device (50 %, from 64 KiB); UD mode writes only.
+  // guest's devices are rxe, a software device (50 %, from 8 KiB); UD mode writes only.
   std::uint64_t read_share_of(std::size_t n) const {
-    return ud() || n < 64 * 1024 ? 0 : (n / 100 * 50) & ~std::uint64_t{63};
+    return ud() || n < 8 * 1024 ? 0 : (n / 100 * 50) & ~std::uint64_t{63};
   }
   // The long cases (64 MiB, the copy path) run in one device pairing per transport: RC on one
   // device, UD across two. What they test does not depend on the pairing, and the CI's whole
