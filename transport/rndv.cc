@@ -147,7 +147,7 @@ void Worker::setup_rendezvous() {
                  ud_mode_ ? std::to_string(res_.max_rc_peers).c_str() : "", share,
                  static_cast<unsigned long long>(ec.min_read_split),
                  ud_mode_                    ? "UD mode writes only"
-                 : res_.rndv_read_share >= 0 ? "RDMX_RNDV_READ_SHARE"
+                 : res_.rndv_read_share >= 0 ? "rndv_read_share as configured"
                  : software_device_          ? "software RDMA device"
                                              : "hardware device");
   }

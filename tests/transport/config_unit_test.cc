@@ -57,7 +57,8 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
       {"RDMX_EAGER_LIMIT", "4K"},    {"RDMX_RNDV_THRESH", "1m"},   {"RDMX_UID", "0x1234"},
       {"RDMX_UD_DROP_RATE", "0.05"}, {"RDMX_UD_RTO_US", "777"},    {"RDMX_PEER_TIMEOUT_MS", "1500"},
       {"RDMX_VERBOSE", "2"},         {"RDMX_MAX_RC_PEERS", "3"},   {"RDMX_COALESCE", "0"},
-      {"RDMX_RING_PEERS", "4"},      {"RDMX_RING_SLOTS", "8"},     {"RDMX_RING_SLOT_SIZE", "1k"}};
+      {"RDMX_RING_PEERS", "4"},      {"RDMX_RING_SLOTS", "8"},     {"RDMX_RING_SLOT_SIZE", "1k"},
+      {"RDMX_RNDV_READ_SHARE", "30"}};
   std::string err;
   ASSERT_EQ(apply_env(&c, lookup, const_cast<Env*>(&env), &err), RDMX_OK) << err;
   EXPECT_STREQ(c.device, "rxe7");
@@ -81,6 +82,7 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
   EXPECT_EQ(c.ring_peers, 4u);
   EXPECT_EQ(c.ring_slots, 8u);
   EXPECT_EQ(c.ring_slot_size, 1024u);
+  EXPECT_EQ(c.rndv_read_share, 30);
 }
 
 TEST(Config, RendezvousThresholdNeverAboveTheEagerLimitPlusOne) {
@@ -123,7 +125,9 @@ TEST(Config, BadValuesNameTheVariableAndKeepTheDefault) {
                                        {"RDMX_UID", "0xffffffffffffffff"},
                                        {"RDMX_LARGE_BUF", "8q"},
                                        {"RDMX_SMALL_BUF", "99999999999"},
-                                       {"RDMX_VERBOSE", "x"}}) {
+                                       {"RDMX_VERBOSE", "x"},
+                                       {"RDMX_RNDV_READ_SHARE", "-2"},
+                                       {"RDMX_RNDV_READ_SHARE", "91"}}) {
     rdmx_config_t d = defaults();
     const Env one = {{name, value}};
     err.clear();
@@ -240,6 +244,24 @@ TEST(Config, RingsOnlyOverRc) {
   c.transport = RDMX_TRANSPORT_UD;
   ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
   EXPECT_EQ(r.ring_peers, 0u);
+}
+
+TEST(Config, ReadShareOnlyOverRcAndWithinRange) {
+  std::string err;
+  Resolved r;
+  rdmx_config_t c = defaults();
+  EXPECT_EQ(c.rndv_read_share, -1) << "by default the worker picks it by device type";
+  c.transport = RDMX_TRANSPORT_RC;
+  c.rndv_read_share = 40;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rndv_read_share, 40);
+  c.transport = RDMX_TRANSPORT_UD;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rndv_read_share, 0) << "UD's RC connections carry writes only";
+  c.transport = RDMX_TRANSPORT_RC;
+  c.rndv_read_share = 95;
+  EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_ERR_INVALID_PARAM);
+  EXPECT_NE(err.find("RDMX_RNDV_READ_SHARE"), std::string::npos) << err;
 }
 
 TEST(Config, DerivedUidsDiffer) {
