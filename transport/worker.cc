@@ -127,6 +127,7 @@ void Worker::setup() {
   // Device and port.
   ctx_.emplace(verbs::Context::open(device_name_));
   device_name_ = ctx_->name();
+  const ibv_device_attr dev = ctx_->query_device().orig_attr;
   if (config_.port == 0) {
     port_ = ctx_->first_active_port();
     if (port_ == 0) {
@@ -135,7 +136,7 @@ void Worker::setup() {
     }
   } else {
     // Checked here: ibv_query_port's EINVAL for a missing port would read as a size problem.
-    const int nports = ctx_->query_device().orig_attr.phys_port_cnt;
+    const int nports = dev.phys_port_cnt;
     if (config_.port > nports) {
       throw SetupError{RDMX_ERR_NO_DEVICE,
                        device_name_ + " has no port " + std::to_string(config_.port) +
@@ -145,15 +146,12 @@ void Worker::setup() {
     port_ = static_cast<std::uint8_t>(config_.port);
   }
   port_attr_ = ctx_->query_port(port_);
-  {
-    const ibv_device_attr dev = ctx_->query_device().orig_attr;
-    rd_atomic_ = static_cast<std::uint8_t>(
-        std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1, kRcRdAtomic));
-    // The vendor ids the kernel's software drivers report (rxe_param.h, siw.h).
-    constexpr std::uint32_t kRxeVendorId = 0xffffff;
-    constexpr std::uint32_t kSiwVendorId = 0x626d74;
-    software_device_ = dev.vendor_id == kRxeVendorId || dev.vendor_id == kSiwVendorId;
-  }
+  rd_atomic_ = static_cast<std::uint8_t>(
+      std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1, kRcRdAtomic));
+  // The vendor ids the kernel's software drivers report (rxe_param.h, siw.h).
+  constexpr std::uint32_t kRxeVendorId = 0xffffff;
+  constexpr std::uint32_t kSiwVendorId = 0x626d74;
+  software_device_ = dev.vendor_id == kRxeVendorId || dev.vendor_id == kSiwVendorId;
   if (port_attr_.state != IBV_PORT_ACTIVE) {
     throw SetupError{RDMX_ERR_NO_DEVICE, "port " + std::to_string(port_) + " of " + device_name_ +
                                              " is not active: set RDMX_DEVICE/RDMX_PORT"};
