@@ -72,7 +72,9 @@ AddressBytes encode_address(const WorkerAddress& a) noexcept {
     w.put<std::uint32_t>(c);
   }
   w.put<std::uint32_t>(a.max_inline);
-  w.put<std::uint32_t>(0);
+  w.put<std::uint8_t>(a.rd_atomic);
+  w.put<std::uint16_t>(0);  // reserved (24)
+  w.put<std::uint8_t>(0);
   return out;
 }
 
@@ -109,14 +111,14 @@ int decode_address(const void* data, std::size_t length, WorkerAddress* out) noe
     c = r.get<std::uint32_t>();
   }
   a.max_inline = r.get<std::uint32_t>();
-  (void)r.get<std::uint32_t>();
+  a.rd_atomic = r.get<std::uint8_t>();
 
   const bool transport_ok = a.transport == RDMX_TRANSPORT_RC || a.transport == RDMX_TRANSPORT_UD;
   const bool qpns_ok = a.ctrl_qpn != 0 && a.ctrl_qpn < (1u << 24) &&
                        (a.transport != RDMX_TRANSPORT_UD ||
                         (a.ud_qpn[0] != 0 && a.ud_qpn[1] != 0 && (a.caps & kCapUd) != 0));
   const bool sizes_ok = a.class_capacity[0] != 0 && a.class_capacity[1] > a.class_capacity[0] &&
-                        a.mtu >= 256 && a.port != 0;
+                        a.mtu >= 256 && a.port != 0 && a.rd_atomic != 0;
   if (!transport_ok || !qpns_ok || !sizes_ok || a.uid == 0 || a.uid == RDMX_ANY_SOURCE) {
     return RDMX_ERR_BAD_ADDRESS;
   }

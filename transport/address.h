@@ -11,7 +11,7 @@
 //    24 | gid (16 bytes: RoCE v2 IPv4-mapped, or the IB port GID)                       |
 //    40 | lid (16) | link layer (8) | pad (8) | mtu bytes (32) | ctrl qpn (32)           |
 //    52 | ud qpn small (32) | ud qpn large (32) | small cap (32) | large cap (32)          |
-//    68 | max inline (32) | reserved (32)                                                |
+//    68 | max inline (32) | rd atomic (8) | reserved (24)                                |
 //   76 end
 //
 // - transport: the data transport of the worker (1 = RC, 2 = UD). Workers of one job must agree.
@@ -19,6 +19,9 @@
 //   stale connection messages are recognised.
 // - small cap / large cap: payload bytes of the worker's receive buffers per size class; a
 //   sender picks the class (and so the QP) by message size against these.
+// - rd atomic: the RDMA reads this worker's RC QPs take in flight as responder
+//   (max_dest_rd_atomic, >= 1). A peer never has more outstanding on a QP to it
+//   (max_rd_atomic): devices differ, and a responder asked for more may fail the QP.
 #pragma once
 
 #include <array>
@@ -28,7 +31,7 @@
 namespace rdmx::transport {
 
 inline constexpr std::uint32_t kAddressMagic = 0x584d4452;  // "RDMX" read as little-endian
-inline constexpr std::uint8_t kAddressVersion = 1;
+inline constexpr std::uint8_t kAddressVersion = 2;          // 2: rd atomic
 inline constexpr std::size_t kAddressSize = 76;
 inline constexpr int kNumClasses = 2;  // size classes: 0 small, 1 large
 
@@ -50,6 +53,7 @@ struct WorkerAddress {
   std::array<std::uint32_t, kNumClasses> ud_qpn{};
   std::array<std::uint32_t, kNumClasses> class_capacity{};
   std::uint32_t max_inline = 0;
+  std::uint8_t rd_atomic = 0;
 
   friend bool operator==(const WorkerAddress&, const WorkerAddress&) = default;
 };

@@ -222,6 +222,7 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
   u32("RDMX_RING_SLOTS", &config->ring_slots, false);
   u32("RDMX_RING_SLOT_SIZE", &config->ring_slot_size, true);
   integer("RDMX_RNDV_READ_SHARE", &config->rndv_read_share, -1, kMaxReadShare);
+  u32("RDMX_RC_MAX_RD_ATOMIC", &config->rc_max_rd_atomic, false);
   return rc;
 }
 
@@ -326,6 +327,11 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
   }
   // UD's on-demand RC connections carry writes only.
   r.rndv_read_share = r.ud ? 0 : config.rndv_read_share;
+  if (config.rc_max_rd_atomic == 0 || config.rc_max_rd_atomic > kMaxRcMaxRdAtomic) {
+    return fail("rc_max_rd_atomic " + std::to_string(config.rc_max_rd_atomic) + " is not in [1, " +
+                std::to_string(kMaxRcMaxRdAtomic) + "] (RDMX_RC_MAX_RD_ATOMIC)");
+  }
+  r.rc_max_rd_atomic = config.rc_max_rd_atomic;
   *out = r;
   return RDMX_OK;
 }
@@ -385,6 +391,7 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->ring_slots = kDefaultRingSlots;
   c->ring_slot_size = kDefaultRingSlotSize;
   c->rndv_read_share = kDefaultReadShare;
+  c->rc_max_rd_atomic = kDefaultRcMaxRdAtomic;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

@@ -40,6 +40,10 @@ inline constexpr std::uint32_t kDefaultRingSlotSize = 512;
 inline constexpr int kDefaultReadShare = -1;
 inline constexpr int kSoftwareReadShare = 50;
 inline constexpr int kMaxReadShare = 90;
+// RDMA reads in flight per RC QP, each way (rdmx_config_t.rc_max_rd_atomic), before the
+// device's own limit: 16 covers a 4-deep read pipeline for several receives at once.
+inline constexpr std::uint32_t kDefaultRcMaxRdAtomic = 16;
+inline constexpr std::uint32_t kMaxRcMaxRdAtomic = 16;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -78,6 +82,7 @@ struct Resolved {
   std::uint32_t ring_slots = 0;
   std::uint32_t ring_slot_size = 0;
   int rndv_read_share = 0;  // percent; -1: chosen by device type (the worker knows it); UD: 0
+  std::uint32_t rc_max_rd_atomic = 1;  // before the device's limit
   bool ud = false;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "rdmx/rdmx.h"
 
@@ -32,6 +33,14 @@ struct DestroyReport {
 };
 
 WrIds wr_ids(const rdmx_worker_t* worker);
+
+// The RDMA-read limits of the RC QPs to the peer with this uid, one per size class, as the
+// device reports them (ibv_query_qp); empty when there is no such peer or no RC QP to it.
+struct RcReadLimits {
+  int max_rd_atomic = 0;       // reads we may have in flight
+  int max_dest_rd_atomic = 0;  // reads the peer may have in flight to us
+};
+std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint64_t peer_uid);
 // One paragraph on stderr: queues, windows, pools and peers (for a test that timed out).
 void dump(const rdmx_worker_t* worker);
 DestroyReport last_destroy_report();

@@ -146,8 +146,6 @@ void Worker::setup() {
     port_ = static_cast<std::uint8_t>(config_.port);
   }
   port_attr_ = ctx_->query_port(port_);
-  rd_atomic_ = static_cast<std::uint8_t>(
-      std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1, kRcRdAtomic));
   // The vendor ids the kernel's software drivers report (rxe_param.h, siw.h).
   constexpr std::uint32_t kRxeVendorId = 0xffffff;
   constexpr std::uint32_t kSiwVendorId = 0x626d74;
@@ -182,6 +180,9 @@ void Worker::setup() {
     throw SetupError{RDMX_ERR_INVALID_PARAM, why};
   }
   ud_mode_ = res_.ud;
+  rd_atomic_ =
+      static_cast<std::uint8_t>(std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1,
+                                           static_cast<int>(res_.rc_max_rd_atomic)));
   update_rc_credit_window();
   uid_ = config_.uid;
   if (uid_ == 0) {
@@ -338,6 +339,7 @@ void Worker::setup() {
   }
   a.class_capacity = {res_.small_buf, res_.large_buf};
   a.max_inline = max_inline_;
+  a.rd_atomic = rd_atomic_;
   address_bytes_ = encode_address(a);
 
   setup_rendezvous();
@@ -754,6 +756,23 @@ void Worker::dump() const {
   }
 }
 
+std::vector<debug::RcReadLimits> Worker::rc_read_limits(std::uint64_t peer_uid) const {
+  std::vector<debug::RcReadLimits> out;
+  for (const auto& p : peers_) {
+    if (p->uid != peer_uid) {
+      continue;
+    }
+    for (const auto& qp : p->rc_qp) {
+      if (qp) {
+        const ibv_qp_attr a = qp->query(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC);
+        out.push_back(
+            {.max_rd_atomic = a.max_rd_atomic, .max_dest_rd_atomic = a.max_dest_rd_atomic});
+      }
+    }
+  }
+  return out;
+}
+
 namespace debug {
 
 void dump(const rdmx_worker_t* worker) {
@@ -766,6 +785,10 @@ WrIds wr_ids(const rdmx_worker_t* worker) {
                .recv_completed = a.recv_completed,
                .recv_reclaimed = a.recv_reclaimed,
                .send_outstanding = a.send_outstanding};
+}
+
+std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint64_t peer_uid) {
+  return worker->impl->rc_read_limits(peer_uid);
 }
 
 DestroyReport last_destroy_report() {

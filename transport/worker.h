@@ -34,6 +34,7 @@
 #include "transport/address.h"
 #include "transport/clock.h"
 #include "transport/config.h"
+#include "transport/debug.h"
 #include "transport/idle_backoff.h"
 #include "transport/peer.h"
 #include "transport/request.h"
@@ -75,7 +76,6 @@ inline constexpr int kRingPollBatch = 16;
 
 // Queue sizes (see README "Defaults").
 inline constexpr std::uint32_t kRcSendDepth = 128;  // WRs per RC QP for messages
-inline constexpr int kRcRdAtomic = 16;  // RDMA reads in flight per RC QP at most (the read share)
 inline constexpr std::uint32_t kRcSendReserve = 2;  // + WRs for flushes and kicks
 // RC credit window per peer: half the SRQ depth (less a refill batch) shared among the peers
 // that may send to us (Worker::update_rc_credit_window), within bounds.
@@ -197,6 +197,7 @@ class Worker {
   void stats(rdmx_stats_t* out) const;
   WrAccount wr_account() const;
   void dump() const;
+  std::vector<debug::RcReadLimits> rc_read_limits(std::uint64_t peer_uid) const;
 
  private:
   explicit Worker(const rdmx_config_t& config);
@@ -399,8 +400,9 @@ class Worker {
   ibv_gid gid_{};
   ibv_port_attr port_attr_{};
   std::uint32_t max_inline_ = 0;
-  // RDMA reads in flight per RC QP, each way (max_rd_atomic and max_dest_rd_atomic): the
-  // device's limit, at most kRcRdAtomic.
+  // RDMA reads this worker's RC QPs take in flight as responder (max_dest_rd_atomic), and
+  // at most have in flight as requester (max_rd_atomic, also capped by the peer's): the
+  // device's limit, at most rdmx_config_t.rc_max_rd_atomic.
   std::uint8_t rd_atomic_ = 1;
   // A software RDMA device (rxe, siw): the CPUs of the two processes move the bytes.
   bool software_device_ = false;

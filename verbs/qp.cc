@@ -151,10 +151,14 @@ QueuePair::~QueuePair() {
 }
 
 ibv_qp_state QueuePair::query_state() const {
+  return query(IBV_QP_STATE).qp_state;
+}
+
+ibv_qp_attr QueuePair::query(int attr_mask) const {
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
-  check_rc(ibv_query_qp(qp_, &attr, IBV_QP_STATE, &init), "ibv_query_qp");
-  return attr.qp_state;
+  check_rc(ibv_query_qp(qp_, &attr, attr_mask, &init), "ibv_query_qp");
+  return attr;
 }
 
 void QueuePair::modify(ibv_qp_attr& attr, int mask, ibv_qp_state to, const char* what) {

@@ -179,7 +179,8 @@ class QueuePair {
   const QpCaps& caps() const noexcept { return caps_; }
   // State as last set through this wrapper; the HCA may have moved it to ERR since.
   ibv_qp_state state() const noexcept { return state_; }
-  ibv_qp_state query_state() const;  // ibv_query_qp
+  ibv_qp_state query_state() const;        // ibv_query_qp
+  ibv_qp_attr query(int attr_mask) const;  // ibv_query_qp: the fields attr_mask names
 
   void to_init(const RcInitAttr& attr);
   void to_init(const UdInitAttr& attr);

@@ -108,6 +108,9 @@ typedef struct rdmx_config {
                                  writes the rest. -1 (default): 50 on software RDMA devices (rxe,
                                  siw), where a CPU moves the bytes and the receiver's reads run
                                  on its own CPU beside the sender's writes; 0 on hardware */
+  uint32_t rc_max_rd_atomic;  /* RDMX_RC_MAX_RD_ATOMIC: RC mode, RDMA reads in flight per QP
+                                 each way, 1..16 (default 16), at most what the device allows;
+                                 a peer that takes fewer gets no more than it takes */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);

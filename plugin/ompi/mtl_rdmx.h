@@ -106,6 +106,7 @@ typedef struct mca_mtl_rdmx_params {
   size_t eager_limit;
   size_t rndv_thresh;
   int rndv_read_share;
+  unsigned int rc_max_rd_atomic;
   unsigned int peer_timeout_ms;
   unsigned int coalesce;
   unsigned int ring_peers;

@@ -83,6 +83,7 @@ enum {
   P_EAGER_LIMIT,
   P_RNDV_THRESH,
   P_RNDV_READ_SHARE,
+  P_RC_MAX_RD_ATOMIC,
   P_PEER_TIMEOUT,
   P_COALESCE,
   P_RING_PEERS,
@@ -164,6 +165,12 @@ static const param_t params[P_COUNT] = {
                            "once, 0 on hardware (RDMX_RNDV_READ_SHARE)",
                            MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_5,
                            &ompi_mtl_rdmx_params.rndv_read_share},
+    [P_RC_MAX_RD_ATOMIC] = {"rc_max_rd_atomic", "RDMX_RC_MAX_RD_ATOMIC",
+                            "rc: RDMA reads in flight per connection, each way, 1..16, at most "
+                            "what the device allows; a peer that takes fewer gets no more than "
+                            "it takes (RDMX_RC_MAX_RD_ATOMIC)",
+                            MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
+                            &ompi_mtl_rdmx_params.rc_max_rd_atomic},
     [P_PEER_TIMEOUT] = {"peer_timeout_ms", "RDMX_PEER_TIMEOUT_MS",
                         "A peer silent for this many milliseconds is declared dead "
                         "(RDMX_PEER_TIMEOUT_MS)",
@@ -230,6 +237,7 @@ static int component_register(void) {
   p->eager_limit = d.eager_limit;
   p->rndv_thresh = d.rndv_thresh;
   p->rndv_read_share = d.rndv_read_share;
+  p->rc_max_rd_atomic = d.rc_max_rd_atomic;
   p->peer_timeout_ms = d.peer_timeout_ms;
   p->coalesce = d.coalesce;
   p->ring_peers = d.ring_peers;
@@ -376,6 +384,7 @@ static void apply_mca(rdmx_config_t* c) {
   if (mca_explicit(P_EAGER_LIMIT, NULL)) c->eager_limit = p->eager_limit;
   if (mca_explicit(P_RNDV_THRESH, NULL)) c->rndv_thresh = p->rndv_thresh;
   if (mca_explicit(P_RNDV_READ_SHARE, NULL)) c->rndv_read_share = p->rndv_read_share;
+  if (mca_explicit(P_RC_MAX_RD_ATOMIC, NULL)) c->rc_max_rd_atomic = p->rc_max_rd_atomic;
   if (mca_explicit(P_PEER_TIMEOUT, NULL)) c->peer_timeout_ms = p->peer_timeout_ms;
   if (mca_explicit(P_COALESCE, NULL)) c->coalesce = p->coalesce;
   if (mca_explicit(P_RING_PEERS, NULL)) c->ring_peers = p->ring_peers;

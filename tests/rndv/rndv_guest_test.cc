@@ -18,6 +18,7 @@
 #include "rdmx/rdmx.h"
 #include "tests/guest/support/guest_env.h"
 #include "tests/transport/support/procs.h"
+#include "transport/debug.h"
 
 namespace rdmx::test {
 namespace {
@@ -291,6 +292,54 @@ TEST_P(Rndv, WritesOnlyWhenTheReadShareIsOff) {
         }
       },
       [](Rank&, rdmx_config_t& c) { c.rndv_read_share = 0; });
+}
+
+// A worker that takes fewer RDMA reads in flight (rc_max_rd_atomic 2, as a device with few
+// read resources would) is never sent more than that: its peer's QPs to it are capped by the
+// address, while its own cap holds both ways. Both directions read and deliver the bytes.
+TEST_P(Rndv, ReadsStayWithinWhatThePeerTakes) {
+  if (ud()) {
+    GTEST_SKIP() << "UD mode reads nothing (its on-demand RC connections carry writes only)";
+  }
+  constexpr std::size_t n = 4 * kMiB;
+  run(
+      2,
+      [&](Rank& rank, Session& s) {
+        std::vector<std::uint8_t> buf(n);
+        for (int sender = 1; sender >= 0; --sender) {
+          const auto seed = static_cast<std::uint32_t>(60 + sender);
+          if (rank.rank() == sender) {
+            fill(buf.data(), n, seed);
+            send_blocking(rank, s, 1 - sender, buf.data(), n, seed);
+            continue;
+          }
+          std::fill(buf.begin(), buf.end(), 0);
+          rdmx_request_t req;
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, buf.data(), n, s.uids[1 - rank.rank()], seed,
+                                            kAll, &req, nullptr, nullptr));
+          RDMX_CHECK_OK(
+              rank, wait_request(rank, s.worker, &req, &st, "receive", std::chrono::minutes(5)));
+          RDMX_CHECK_EQ(rank, st.length, n);
+          RDMX_CHECK_CONTENTS(rank, buf.data(), n, seed);
+        }
+        RDMX_CHECK(rank, stats_of(rank, s).rndv_read_bytes > 0);
+        const auto limits = transport::debug::rc_read_limits(s.worker, s.uids[1 - rank.rank()]);
+        RDMX_CHECK(rank, !limits.empty());
+        for (const auto& l : limits) {
+          RDMX_CHECK_EQ(rank, l.max_rd_atomic, 2);
+          if (rank.rank() == 0) {
+            RDMX_CHECK_EQ(rank, l.max_dest_rd_atomic, 2);
+          } else {
+            RDMX_CHECK(rank, l.max_dest_rd_atomic > 2);  // its own (rxe: 16)
+          }
+        }
+      },
+      [](Rank& rank, rdmx_config_t& c) {
+        if (rank.rank() == 0) {
+          c.rc_max_rd_atomic = 2;
+        }
+      });
 }
 
 TEST_P(Rndv, OneGiBOnce) {

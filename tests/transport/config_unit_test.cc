@@ -50,15 +50,18 @@ TEST(Config, DefaultsWorkOutOfTheBox) {
 
 TEST(Config, EveryFieldHasAnEnvironmentVariable) {
   rdmx_config_t c = defaults();
-  const Env env = {
-      {"RDMX_DEVICE", "rxe7"},       {"RDMX_PORT", "2"},           {"RDMX_GID_INDEX", "3"},
-      {"RDMX_TRANSPORT", "UD"},      {"RDMX_AUTO_UD_PEERS", "10"}, {"RDMX_SMALL_BUF", "512"},
-      {"RDMX_LARGE_BUF", "16k"},     {"RDMX_SRQ_DEPTH", "100"},    {"RDMX_SRQ_LOW_WATERMARK", "7"},
-      {"RDMX_EAGER_LIMIT", "4K"},    {"RDMX_RNDV_THRESH", "1m"},   {"RDMX_UID", "0x1234"},
-      {"RDMX_UD_DROP_RATE", "0.05"}, {"RDMX_UD_RTO_US", "777"},    {"RDMX_PEER_TIMEOUT_MS", "1500"},
-      {"RDMX_VERBOSE", "2"},         {"RDMX_MAX_RC_PEERS", "3"},   {"RDMX_COALESCE", "0"},
-      {"RDMX_RING_PEERS", "4"},      {"RDMX_RING_SLOTS", "8"},     {"RDMX_RING_SLOT_SIZE", "1k"},
-      {"RDMX_RNDV_READ_SHARE", "30"}};
+  const Env env = {{"RDMX_DEVICE", "rxe7"},          {"RDMX_PORT", "2"},
+                   {"RDMX_GID_INDEX", "3"},          {"RDMX_TRANSPORT", "UD"},
+                   {"RDMX_AUTO_UD_PEERS", "10"},     {"RDMX_SMALL_BUF", "512"},
+                   {"RDMX_LARGE_BUF", "16k"},        {"RDMX_SRQ_DEPTH", "100"},
+                   {"RDMX_SRQ_LOW_WATERMARK", "7"},  {"RDMX_EAGER_LIMIT", "4K"},
+                   {"RDMX_RNDV_THRESH", "1m"},       {"RDMX_UID", "0x1234"},
+                   {"RDMX_UD_DROP_RATE", "0.05"},    {"RDMX_UD_RTO_US", "777"},
+                   {"RDMX_PEER_TIMEOUT_MS", "1500"}, {"RDMX_VERBOSE", "2"},
+                   {"RDMX_MAX_RC_PEERS", "3"},       {"RDMX_COALESCE", "0"},
+                   {"RDMX_RING_PEERS", "4"},         {"RDMX_RING_SLOTS", "8"},
+                   {"RDMX_RING_SLOT_SIZE", "1k"},    {"RDMX_RNDV_READ_SHARE", "30"},
+                   {"RDMX_RC_MAX_RD_ATOMIC", "4"}};
   std::string err;
   ASSERT_EQ(apply_env(&c, lookup, const_cast<Env*>(&env), &err), RDMX_OK) << err;
   EXPECT_STREQ(c.device, "rxe7");
@@ -83,6 +86,7 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
   EXPECT_EQ(c.ring_slots, 8u);
   EXPECT_EQ(c.ring_slot_size, 1024u);
   EXPECT_EQ(c.rndv_read_share, 30);
+  EXPECT_EQ(c.rc_max_rd_atomic, 4u);
 }
 
 TEST(Config, RendezvousThresholdNeverAboveTheEagerLimitPlusOne) {
@@ -264,6 +268,21 @@ TEST(Config, ReadShareOnlyOverRcAndWithinRange) {
   EXPECT_NE(err.find("RDMX_RNDV_READ_SHARE"), std::string::npos) << err;
 }
 
+TEST(Config, ReadsInFlightWithinRange) {
+  std::string err;
+  Resolved r;
+  rdmx_config_t c = defaults();
+  EXPECT_EQ(c.rc_max_rd_atomic, kDefaultRcMaxRdAtomic);
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rc_max_rd_atomic, kDefaultRcMaxRdAtomic);
+  for (const std::uint32_t bad : {0u, kMaxRcMaxRdAtomic + 1}) {
+    c.rc_max_rd_atomic = bad;
+    err.clear();
+    EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_ERR_INVALID_PARAM) << bad;
+    EXPECT_NE(err.find("RDMX_RC_MAX_RD_ATOMIC"), std::string::npos) << err;
+  }
+}
+
 TEST(Config, DerivedUidsDiffer) {
   const std::uint64_t a = derive_uid("node1", 100, 0);
   EXPECT_NE(a, derive_uid("node1", 100, 1));
@@ -290,6 +309,7 @@ WorkerAddress sample_address() {
   a.ud_qpn = {0x12, 0x13};
   a.class_capacity = {496, 992};
   a.max_inline = 512;
+  a.rd_atomic = 16;
   return a;
 }
 
@@ -305,6 +325,7 @@ TEST(Address, RoundTrips) {
   EXPECT_EQ(bytes[4], kAddressVersion);
   EXPECT_EQ(bytes[8], 0x08);   // uid, low byte first
   EXPECT_EQ(bytes[48], 0x11);  // ctrl qpn
+  EXPECT_EQ(bytes[72], 16);    // rd atomic
 }
 
 TEST(Address, RejectsWhatItCannotUse) {
@@ -329,6 +350,10 @@ TEST(Address, RejectsWhatItCannotUse) {
   EXPECT_EQ(decode_address(bad.data(), bad.size(), &out), RDMX_ERR_BAD_ADDRESS);
   a = sample_address();
   a.uid = 0;
+  bad = encode_address(a);
+  EXPECT_EQ(decode_address(bad.data(), bad.size(), &out), RDMX_ERR_BAD_ADDRESS);
+  a = sample_address();
+  a.rd_atomic = 0;  // a responder that takes no reads: a peer could not size its QP to it
   bad = encode_address(a);
   EXPECT_EQ(decode_address(bad.data(), bad.size(), &out), RDMX_ERR_BAD_ADDRESS);
 }
