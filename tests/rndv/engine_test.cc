@@ -445,6 +445,36 @@ void expect_delivered(const Transfer& t, std::size_t len) {
   EXPECT_EQ(t.recv.length, len) << "the status carries the true length";
 }
 
+// Both sides completed once with RDMX_ERR_IO (a FIN told the other one), every write or read
+// that node `poster` posted came back, and neither engine holds the transfer any more.
+void expect_failed_on_both_sides(Net& net, const Transfer& t, std::uint32_t poster) {
+  EXPECT_EQ(t.send.completions, 1);
+  EXPECT_EQ(t.send.code, RDMX_ERR_IO);
+  EXPECT_EQ(t.recv.completions, 1);
+  EXPECT_EQ(t.recv.code, RDMX_ERR_IO);
+  EXPECT_EQ(net[poster].outstanding_writes, 0u) << "every posted write or read came back";
+  EXPECT_EQ(net[0].engine.stats().send_active, 0u);
+  EXPECT_EQ(net[1].engine.stats().recv_active, 0u);
+}
+
+// Node 0 sends 9000 bytes to node 1 and gets, instead of node 1's CTS, one granting
+// `granted_length` bytes from `offset` with `flags`: the completion code of the send.
+int send_code_after_cts(Net& net, std::uint64_t offset, std::uint64_t granted_length,
+                        std::uint32_t flags) {
+  Req send;
+  std::vector<std::byte> src = pattern(9000, 9);
+  protocol::RtsBody rts{};
+  net.send(0, 1, send, src.data(), src.size(), &rts);
+  net[0].engine.on_cts(1, protocol::CtsBody{.remote_addr = 0,
+                                            .offset = offset,
+                                            .granted_length = granted_length,
+                                            .rkey = 0,
+                                            .sender_slot = rts.sender_slot,
+                                            .receiver_slot = 0x00100000,
+                                            .flags = flags});
+  return send.code;
+}
+
 EngineConfig small_writes(std::uint32_t max_write, std::uint32_t depth = 4) {
   EngineConfig c;
   c.max_write = max_write;
@@ -655,13 +685,7 @@ TEST(Engine, WriteErrorFailsBothSidesAfterTheWritesDrain) {
   // The request must not complete while writes may still read the buffer.
   EXPECT_EQ(t.send.completions, 0);
   net.run();
-  EXPECT_EQ(t.send.completions, 1);
-  EXPECT_EQ(t.send.code, RDMX_ERR_IO);
-  EXPECT_EQ(t.recv.completions, 1) << "the FIN tells the receiver";
-  EXPECT_EQ(t.recv.code, RDMX_ERR_IO);
-  EXPECT_EQ(net[0].outstanding_writes, 0u) << "every posted write came back";
-  EXPECT_EQ(net[0].engine.stats().send_active, 0u);
-  EXPECT_EQ(net[1].engine.stats().recv_active, 0u);
+  expect_failed_on_both_sides(net, t, 0);
 }
 
 TEST(Engine, PeerFailureFailsEveryTransferWithThatPeerOnly) {
@@ -773,18 +797,7 @@ TEST(Engine, FinFromTheReceiverFailsTheSender) {
 
 TEST(Engine, CtsWithUnknownFlagsFailsBothSides) {
   Net net(2, small_writes(4096));
-  Req send, recv;
-  std::vector<std::byte> src = pattern(9000, 9);
-  protocol::RtsBody rts{};
-  net.send(0, 1, send, src.data(), src.size(), &rts);
-  net[0].engine.on_cts(1, protocol::CtsBody{.remote_addr = 0,
-                                            .offset = 0,
-                                            .granted_length = 9000,
-                                            .rkey = 0,
-                                            .sender_slot = rts.sender_slot,
-                                            .receiver_slot = 0x00100000,
-                                            .flags = 0x80});
-  EXPECT_EQ(send.code, RDMX_ERR_IO);
+  EXPECT_EQ(send_code_after_cts(net, 0, 9000, 0x80), RDMX_ERR_IO);
 }
 
 // --- the receiver's read share -------------------------------------------------------------
@@ -880,13 +893,7 @@ TEST(Engine, ReadErrorFailsBothSides) {
     start_transfer(net, t, 40'000, 12);
     net[1].qp_error = true;
     net.run();
-    EXPECT_EQ(t.recv.completions, 1);
-    EXPECT_EQ(t.recv.code, RDMX_ERR_IO);
-    EXPECT_EQ(t.send.completions, 1) << "the FIN tells the sender";
-    EXPECT_EQ(t.send.code, RDMX_ERR_IO);
-    EXPECT_EQ(net[1].outstanding_writes, 0u) << "every posted read came back";
-    EXPECT_EQ(net[0].engine.stats().send_active, 0u);
-    EXPECT_EQ(net[1].engine.stats().recv_active, 0u);
+    expect_failed_on_both_sides(net, t, 1);
   }
 }
 
@@ -927,18 +934,7 @@ TEST(Engine, ReadCtsThatBreaksTheRulesFailsTheSend) {
   for (const std::uint64_t offset : {0ul, 9000ul, 20'000ul}) {
     SCOPED_TRACE("offset " + std::to_string(offset));
     Net net(2, read_share(50));
-    Req send;
-    std::vector<std::byte> src = pattern(9000, 15);
-    protocol::RtsBody rts{};
-    net.send(0, 1, send, src.data(), src.size(), &rts);
-    net[0].engine.on_cts(1, protocol::CtsBody{.remote_addr = 0,
-                                              .offset = offset,
-                                              .granted_length = 100,
-                                              .rkey = 0,
-                                              .sender_slot = rts.sender_slot,
-                                              .receiver_slot = 0x00100000,
-                                              .flags = protocol::kCtsFlagRead});
-    EXPECT_EQ(send.code, RDMX_ERR_IO);
+    EXPECT_EQ(send_code_after_cts(net, offset, 100, protocol::kCtsFlagRead), RDMX_ERR_IO);
   }
 }
 
