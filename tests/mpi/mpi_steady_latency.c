@@ -1,0 +1,211 @@
+/*
+ * Steady small-message latency: every ping-pong's round trip is recorded, not just the mean.
+ * The lower half of the ranks ping-pongs with the upper half (rank i with i + np/2), blocking
+ * MPI_Send / MPI_Recv with tag 1 both ways on page-aligned buffers, an MPI_Barrier before each
+ * size: the public osu_latency's loop. Per size the initiators report p50, p99 and the maximum;
+ * the test fails when more than a fraction STALLS of the round trips take over MAX_X times the
+ * median, or the p99 exceeds P99_X times it (a path that waits for a timer or a scheduler tick
+ * now and then shows here, where a mean over thousands of iterations hides it). Every message's
+ * first and last bytes are checked.
+ *
+ *   mpi_steady_latency [-n ITERS] [-w WARMUP] [-x MAX_X] [-s STALLS] [-p P99_X] [SIZE...]
+ * Defaults: 100,000 iterations after 100 warm-up ones, MAX_X 50, STALLS 0 (not one), P99_X 5,
+ * sizes 0 1 8 16 512: the limits for hardware. In an emulated guest a process that only spins
+ * is itself stopped for over 1 ms two or three times a second (the guest's timer ticks and the
+ * host's scheduling of the vCPUs, tests/mpi/CMakeLists.txt), so CI passes looser limits there.
+ * RDMX_STEADY_ITERS overrides -n, RDMX_STEADY_REPORT=0 prints only failures, RDMX_STEADY_HIST
+ * prints each initiator's round trips in power-of-two buckets.
+ */
+#include <time.h>
+
+#include "mpi_test.h"
+
+#define MAX_SIZES 16
+
+static int cmp_double(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* The message of iteration i, in direction dir: its first and last bytes name it. */
+static unsigned char first_byte(int i, int dir) {
+  return (unsigned char)(i * 2 + dir);
+}
+static unsigned char last_byte(int size, int i, int dir) {
+  return size > 1 ? (unsigned char)(i * 7 + dir) : first_byte(i, dir);
+}
+
+static void stamp(unsigned char* buf, int size, int i, int dir) {
+  if (size > 0) {
+    buf[0] = first_byte(i, dir);
+    buf[size - 1] = last_byte(size, i, dir);
+  }
+}
+
+static void check_stamp(const unsigned char* buf, int size, int i, int dir) {
+  if (size > 0) {
+    CHECK(buf[0] == first_byte(i, dir) && buf[size - 1] == last_byte(size, i, dir),
+          "size %d iteration %d: wrong message (first byte %u, last byte %u)", size, i, buf[0],
+          buf[size - 1]);
+  }
+}
+
+/* Sorted round trips in power-of-two buckets of microseconds (RDMX_STEADY_HIST set). */
+static void print_histogram(int rank, int size, const double* sorted, int n) {
+  int i = 0;
+  double edge = 1.0;
+  printf("  hist rank %d size %d:", rank, size);
+  while (i < n) {
+    int c = 0;
+    while (i < n && sorted[i] < edge * 2.0) {
+      ++c;
+      ++i;
+    }
+    if (c > 0) {
+      printf(" [%.0f,%.0f):%d", edge, edge * 2.0, c);
+    }
+    edge *= 2.0;
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+int main(int argc, char** argv) {
+  int iters = 100000, warmup = 100, nsizes = 0, sizes[MAX_SIZES], s, i;
+  double max_x = 50.0, p99_x = 5.0, stalls = 0.0;
+  const char* env_iters = getenv("RDMX_STEADY_ITERS");
+  const char* env_report = getenv("RDMX_STEADY_REPORT");
+  const int report = env_report == NULL || strcmp(env_report, "0") != 0;
+  const int hist = getenv("RDMX_STEADY_HIST") != NULL;
+  unsigned char *sbuf = NULL, *rbuf = NULL;
+  double* rtt;
+  int pairs, initiator, partner, failures = 0;
+  t_init(&argc, &argv, "mpi_steady_latency");
+  for (i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
+      iters = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc) {
+      warmup = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "-x") == 0 && i + 1 < argc) {
+      max_x = atof(argv[++i]);
+    } else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
+      stalls = atof(argv[++i]);
+    } else if (strcmp(argv[i], "-p") == 0 && i + 1 < argc) {
+      p99_x = atof(argv[++i]);
+    } else {
+      CHECK(nsizes < MAX_SIZES, "at most %d sizes", MAX_SIZES);
+      sizes[nsizes++] = atoi(argv[i]);
+    }
+  }
+  if (env_iters != NULL) {
+    iters = atoi(env_iters);
+  }
+  if (nsizes == 0) {
+    const int d[] = {0, 1, 8, 16, 512};
+    for (nsizes = 0; nsizes < 5; ++nsizes) {
+      sizes[nsizes] = d[nsizes];
+    }
+  }
+  CHECK(iters >= 100 && warmup >= 0, "need at least 100 iterations (got %d)", iters);
+  CHECK(t_size % 2 == 0, "needs an even number of ranks (got %d)", t_size);
+  pairs = t_size / 2;
+  initiator = t_rank < pairs;
+  partner = initiator ? t_rank + pairs : t_rank - pairs;
+  for (s = 0; s < nsizes; ++s) {
+    CHECK(sizes[s] >= 0 && sizes[s] <= (1 << 20), "size %d out of range", sizes[s]);
+  }
+  CHECK(posix_memalign((void**)&sbuf, (size_t)sysconf(_SC_PAGESIZE), 1 << 20) == 0 &&
+            posix_memalign((void**)&rbuf, (size_t)sysconf(_SC_PAGESIZE), 1 << 20) == 0,
+        "posix_memalign");
+  memset(sbuf, 'a', 1 << 20);
+  memset(rbuf, 'b', 1 << 20);
+  rtt = malloc(sizeof(double) * (size_t)iters);
+  CHECK(rtt != NULL, "malloc of %d samples", iters);
+  if (t_rank == 0 && report) {
+    printf(
+        "# %d pair(s), %d iterations per size after %d warm-up; round trips in us; limits: "
+        "p99 <= %gx p50, at most %g round trips over %gx p50\n",
+        pairs, iters, warmup, p99_x, stalls * iters, max_x);
+    printf("%-8s %10s %10s %10s %10s %10s %8s\n", "# size", "mean", "p50", "p99", "max", "max_at",
+           "stalls");
+    fflush(stdout);
+  }
+  for (s = 0; s < nsizes; ++s) {
+    const int size = sizes[s];
+    double sum = 0.0, row[7], worst[7];
+    int over = 0, max_at = 0;
+    t_phase("barrier before a size");
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    t_phase("ping-pong");
+    for (i = -warmup; i < iters; ++i) {
+      if (initiator) {
+        const double t0 = now_us();
+        stamp(sbuf, size, i, 0);
+        CHECK_MPI(MPI_Send(sbuf, size, MPI_CHAR, partner, 1, MPI_COMM_WORLD));
+        CHECK_MPI(MPI_Recv(rbuf, size, MPI_CHAR, partner, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        if (i >= 0) {
+          rtt[i] = now_us() - t0;
+        }
+        check_stamp(rbuf, size, i, 1);
+      } else {
+        CHECK_MPI(MPI_Recv(rbuf, size, MPI_CHAR, partner, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        check_stamp(rbuf, size, i, 0);
+        stamp(sbuf, size, i, 1);
+        CHECK_MPI(MPI_Send(sbuf, size, MPI_CHAR, partner, 1, MPI_COMM_WORLD));
+      }
+    }
+    memset(row, 0, sizeof(row));
+    if (initiator) {
+      for (i = 0; i < iters; ++i) {
+        sum += rtt[i];
+        if (rtt[i] > rtt[max_at]) {
+          max_at = i;
+        }
+      }
+      row[0] = sum / iters;
+      row[4] = (double)max_at;
+      qsort(rtt, (size_t)iters, sizeof(double), cmp_double);
+      row[1] = rtt[iters / 2];
+      row[2] = rtt[(int)((double)iters * 0.99)];
+      row[3] = rtt[iters - 1];
+      for (i = iters - 1; i >= 0 && rtt[i] > max_x * row[1]; --i) {
+        ++over;
+      }
+      row[5] = over;
+      row[6] = over > stalls * iters || row[2] > p99_x * row[1];
+      if (hist) {
+        print_histogram(t_rank, size, rtt, iters);
+      }
+    }
+    /* Each figure's maximum over the pairs, and whether any pair failed. */
+    CHECK_MPI(MPI_Reduce(row, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+    if (t_rank == 0) {
+      const int bad = worst[6] > 0.0;
+      if (report || bad) {
+        printf("%-8d %10.2f %10.2f %10.2f %10.2f %10.0f %8.0f%s\n", size, worst[0], worst[1],
+               worst[2], worst[3], worst[4], worst[5], bad ? "  <- FAIL" : "");
+        fflush(stdout);
+      }
+      if (bad) {
+        fprintf(stderr,
+                "[mpi_steady_latency] size %d: %.0f round trips over %.0fx the median %.2f us "
+                "(at most %.0f allowed; max %.2f us), p99 %.2f us (%.1fx, limit %.0fx)\n",
+                size, worst[5], max_x, worst[1], stalls * iters, worst[3], worst[2],
+                worst[2] / worst[1], p99_x);
+        ++failures;
+      }
+    }
+  }
+  CHECK_MPI(MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  CHECK(failures == 0, "%d size(s) with unsteady latency (see the table)", failures);
+  free(rtt);
+  free(sbuf);
+  free(rbuf);
+  return t_done();
+}
