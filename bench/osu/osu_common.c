@@ -54,6 +54,8 @@ static void osu_usage(const osu_opts_t* o) {
       "  -D SEC        time budget per size: fewer iterations when the warm-up is slow\n"
       "                (default %.1f = off)\n"
       "  -n N          never fewer iterations than this under -D (default %d)\n"
+      "  -P            latency tests: time every round trip, print p50, p99 and max beside\n"
+      "                the mean (half round trips, us; not with -D)\n"
       "  -T SEC        watchdog per size: the job ends if one size takes longer (default %u)\n",
       o->name, o->min_size, o->max_size, OSU_LARGE_SIZE, o->iters, OSU_LARGE_SIZE, o->iters_large,
       OSU_LARGE_SIZE, o->skip, OSU_LARGE_SIZE, o->skip_large, o->window, o->threads, o->budget_s,
@@ -97,7 +99,7 @@ int osu_setup(osu_opts_t* o, int argc, char** argv, int exact_np) {
   MPI_Comm_rank(MPI_COMM_WORLD, &o->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &o->size);
   opterr = 0;
-  while (ok && (c = getopt(argc, argv, "m:i:I:x:X:W:B:t:D:n:T:h")) != -1) {
+  while (ok && (c = getopt(argc, argv, "m:i:I:x:X:W:B:t:D:n:T:Ph")) != -1) {
     switch (c) {
       case 'm':
         ok = osu_parse_sizes(optarg, o);
@@ -133,6 +135,9 @@ int osu_setup(osu_opts_t* o, int argc, char** argv, int exact_np) {
       case 'T':
         ok = osu_parse_int(optarg, 1, &t) && (o->timeout_s = (unsigned)t) > 0;
         break;
+      case 'P':
+        o->per_iter = 1;
+        break;
       case 'D': {
         char* end = NULL;
         o->budget_s = strtod(optarg, &end);
@@ -144,6 +149,7 @@ int osu_setup(osu_opts_t* o, int argc, char** argv, int exact_np) {
         break;
     }
   }
+  ok = ok && !(o->per_iter && o->budget_s > 0.0); /* -P times a fixed count */
   if (!ok || optind != argc) {
     if (o->rank == 0) {
       if (c != 'h') {
@@ -350,6 +356,35 @@ int osu_pingpong(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf,
     }
   }
   return n;
+}
+
+int osu_pingpong_timed(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf, size_t size,
+                       int n, double* half_us) {
+  int i;
+  for (i = 0; i < n; ++i) {
+    if (initiator) {
+      const double t0 = MPI_Wtime();
+      OSU_CHECK(MPI_Send(sbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm));
+      OSU_CHECK(MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm, MPI_STATUS_IGNORE));
+      half_us[i] = (MPI_Wtime() - t0) * 1e6 / 2.0;
+    } else {
+      OSU_CHECK(MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm, MPI_STATUS_IGNORE));
+      OSU_CHECK(MPI_Send(sbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm));
+    }
+  }
+  return n;
+}
+
+static int osu_cmp_double(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+void osu_percentiles(double* v, int n, double out[3]) {
+  qsort(v, (size_t)n, sizeof(double), osu_cmp_double);
+  out[0] = v[n / 2];
+  out[1] = v[(int)((double)n * 0.99)];
+  out[2] = v[n - 1];
 }
 
 double osu_deadline(const osu_opts_t* o) {

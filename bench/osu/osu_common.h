@@ -14,8 +14,12 @@
  *   - Watchdog: alarm(-T seconds) per size; on expiry the process says where it was and exits,
  *     which makes mpirun end the whole job. A broken stack costs at most -T seconds.
  *   - Window cap (-B bytes, bandwidth programs): see osu_window.
- *   - Time budget (-D seconds per size, 0 = off: -i exactly). Latency loops run until the
- *     budget is spent (after at least -n round trips; osu_pingpong), so a fast size gets many
+ *   - Per-iteration figures (-P, osu_latency): every round trip is timed and p50, p99 and the
+ *     maximum (half round trips, as the mean) are printed beside the mean: a path that stalls
+ *     now and then shows there, where the mean hides it. Costs a clock read per round trip.
+ *   - Time budget (-D seconds per size, 0 = off: -i exactly; the default, so that without -D the
+ *     loop runs the public suite's counts, 10000 + 100 warm-up up to 8 KiB). Latency loops run
+ * until the budget is spent (after at least -n round trips; osu_pingpong), so a fast size gets many
  *     iterations and a slow or preempted one still ends on time. Bandwidth loops cannot stop
  *     one-sidedly: their warm-up is timed and the window count lowered to fit (osu_budget).
  */
@@ -41,6 +45,7 @@ typedef struct {
   int threads;         /* -t, the multi-threaded latency */
   int min_iters;       /* -n: the time budget never goes below this */
   double budget_s;     /* -D: seconds per size (0: off) */
+  int per_iter;        /* -P: latency programs record every round trip (p50/p99/max columns) */
   unsigned timeout_s;  /* -T: watchdog per size */
   int rank, size;      /* in MPI_COMM_WORLD */
   int partner;         /* the pair partner: rank ^ half */
@@ -69,6 +74,16 @@ void osu_arm(const osu_opts_t* o, size_t size, const char* phase);
  * flight (16 MiB is still 4 messages of 4 MiB). The header says when the cap applies.
  */
 int osu_window(const osu_opts_t* o, size_t size);
+
+/*
+ * osu_pingpong's loop under -P without a time budget: n round trips, each timed; the
+ * initiator's half round trips (us) go to half_us[0..n). Returns n.
+ */
+int osu_pingpong_timed(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf, size_t size,
+                       int n, double* half_us);
+
+/* Sorts v[0..n) and stores its 50th and 99th percentiles and maximum in out[0..3). */
+void osu_percentiles(double* v, int n, double out[3]);
 
 /* Stops the watchdog (before MPI_Finalize). */
 void osu_disarm(void);
