@@ -86,7 +86,6 @@ typedef struct mca_mtl_rdmx_module {
   size_t dead_count;
   size_t dead_capacity;
   size_t dead_handled;
-  bool warned_large;
   bool warned_progress;
 } mca_mtl_rdmx_module_t;
 

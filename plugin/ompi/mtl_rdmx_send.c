@@ -63,15 +63,7 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
   }
   req->buffer = NULL;
   req->free_buffer = false;
-  if (RDMX_ERR_UNSUPPORTED == rc && !ompi_mtl_rdmx.warned_large) {
-    /* Today: a message above the eager limit before rdmx has rendezvous. Said once; the
-     * caller gets the error (MPI_ERRORS_RETURN) or the job aborts. */
-    ompi_mtl_rdmx.warned_large = true;
-    opal_output(0,
-                "mtl rdmx: rdmx cannot send this %zu-byte message: %s (messages above the "
-                "eager limit need rdmx's rendezvous protocol)",
-                length, rdmx_strerror(rc));
-  } else if (RDMX_ERR_UNREACHABLE == rc) {
+  if (RDMX_ERR_UNREACHABLE == rc) {
     ompi_mtl_rdmx_peer_unreachable(proc);
   } else {
     opal_output_verbose(1, ompi_mtl_rdmx_output,
