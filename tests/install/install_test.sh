@@ -4,7 +4,10 @@
 #   1. build consumer.c with cc against <prefix>/include and -lrdmx from <prefix>/LIBDIR
 #      (C11, warnings are errors) and run it: every public function links, and the ones that
 #      need no device behave (rdmx_worker_create on a missing device: RDMX_ERR_NO_DEVICE);
-#   2. with `plugin` (the build has one): ompi_info finds the installed plugin in
+#   2. the same program built with the flags `pkg-config --cflags --libs rdmx` gives from the
+#      installed rdmx.pc, and by a CMake project that only says find_package(rdmx) and links
+#      rdmx::rdmx (cmake_consumer/), each run too;
+#   3. with `plugin` (the build has one): ompi_info finds the installed plugin in
 #      <prefix>/lib/rdmx/openmpi, whose RPATH must lead to the installed librdmx.so.
 set -eu
 build=$1 src=$2 libdir=$3 plugin=${4:-} cflags=${5:-}
@@ -22,6 +25,27 @@ cc -std=c11 -Wall -Wextra -Werror $cflags -o "$prefix/consumer" "$src/consumer.c
   -I"$prefix/include" -L"$prefix/$libdir" -lrdmx -Wl,-rpath,"$prefix/$libdir" ||
   fail "consumer.c does not build against the installed header and librdmx.so"
 RDMX_DEVICE=rdmx_no_such_device "$prefix/consumer" || fail "consumer"
+
+pc_dir=$prefix/$libdir/pkgconfig
+[ -f "$pc_dir/rdmx.pc" ] || fail "no $libdir/pkgconfig/rdmx.pc under the prefix"
+pc_flags=$(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs rdmx) ||
+  fail "pkg-config --cflags --libs rdmx (PKG_CONFIG_PATH=$pc_dir)"
+case $pc_flags in *"$prefix"*) ;; *) fail "rdmx.pc does not point into the prefix: $pc_flags" ;; esac
+# shellcheck disable=SC2086 # flags: words
+cc -std=c11 -Wall -Wextra -Werror $cflags -o "$prefix/consumer_pc" "$src/consumer.c" $pc_flags \
+  -Wl,-rpath,"$prefix/$libdir" || fail "consumer.c does not build with pkg-config's flags ($pc_flags)"
+RDMX_DEVICE=rdmx_no_such_device "$prefix/consumer_pc" || fail "consumer built with pkg-config"
+echo "install_test: pkg-config: $pc_flags"
+
+if ! cmake -S "$src/cmake_consumer" -B "$prefix/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_FLAGS="$cflags" >"$prefix/cmake.log" 2>&1 ||
+  ! cmake --build "$prefix/cmake_build" >>"$prefix/cmake.log" 2>&1; then
+  cat "$prefix/cmake.log" >&2
+  fail "a CMake project with find_package(rdmx) does not build"
+fi
+RDMX_DEVICE=rdmx_no_such_device "$prefix/cmake_build/consumer" ||
+  fail "consumer built with find_package(rdmx)"
+echo "install_test: find_package(rdmx) gives rdmx::rdmx"
 
 if [ "$plugin" = plugin ]; then
   # Open MPI's own folder stays on the path, or ompi_info loses its other components.
