@@ -179,52 +179,71 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
     }
   };
 
-  if (const char* v = get("RDMX_DEVICE")) {
-    config->device = v;
-  }
-  integer("RDMX_PORT", &config->port, 0, 255);
-  integer("RDMX_GID_INDEX", &config->gid_index, -1, 65535);
-  if (const char* v = get("RDMX_TRANSPORT")) {
-    if (const auto t = parse_transport(v)) {
-      config->transport = *t;
-    } else {
-      fail("RDMX_TRANSPORT", v, "one of rc, ud, auto");
+  auto u32_size = [&](const char* name, std::uint32_t* field) { u32(name, field, true); };
+  auto u32_number = [&](const char* name, std::uint32_t* field) { u32(name, field, false); };
+  auto string = [&](const char* name, const char** field) {
+    if (const char* v = get(name)) {
+      *field = v;
     }
-  }
-  u32("RDMX_AUTO_UD_PEERS", &config->auto_ud_peers, false);
-  u32("RDMX_SMALL_BUF", &config->small_buf_size, true);
-  u32("RDMX_LARGE_BUF", &config->large_buf_size, true);
-  u32("RDMX_SRQ_DEPTH", &config->srq_depth, false);
-  u32("RDMX_SRQ_LOW_WATERMARK", &config->srq_low_watermark, false);
-  sz("RDMX_EAGER_LIMIT", &config->eager_limit);
-  sz("RDMX_RNDV_THRESH", &config->rndv_thresh);
-  if (const char* v = get("RDMX_UID")) {
-    const auto x = parse_u64(v);
-    if (!x || *x == RDMX_ANY_SOURCE) {
-      fail("RDMX_UID", v, "a 64-bit number other than 2^64-1");
-    } else {
-      config->uid = *x;
+  };
+  auto transport = [&](const char* name, rdmx_transport_t* field) {
+    if (const char* v = get(name)) {
+      if (const auto t = parse_transport(v)) {
+        *field = *t;
+      } else {
+        fail(name, v, "one of rc, ud, auto");
+      }
     }
-  }
-  if (const char* v = get("RDMX_UD_DROP_RATE")) {
-    if (const auto x = parse_fraction(v)) {
-      config->ud_drop_rate = *x;
-    } else {
-      fail("RDMX_UD_DROP_RATE", v, "a fraction in [0, 1]");
+  };
+  auto uid = [&](const char* name, std::uint64_t* field) {
+    if (const char* v = get(name)) {
+      const auto x = parse_u64(v);
+      if (!x || *x == RDMX_ANY_SOURCE) {
+        fail(name, v, "a 64-bit number other than 2^64-1");
+      } else {
+        *field = *x;
+      }
     }
-  }
-  u32("RDMX_UD_RTO_US", &config->ud_rto_us, false);
-  u32("RDMX_PEER_TIMEOUT_MS", &config->peer_timeout_ms, false);
-  integer("RDMX_VERBOSE", &config->verbose, 0, 9);
-  u32("RDMX_MAX_RC_PEERS", &config->max_rc_peers, false);
-  u32("RDMX_COALESCE", &config->coalesce, false);
-  u32("RDMX_RING_PEERS", &config->ring_peers, false);
-  u32("RDMX_RING_SLOTS", &config->ring_slots, false);
-  u32("RDMX_RING_SLOT_SIZE", &config->ring_slot_size, true);
-  integer("RDMX_RNDV_READ_SHARE", &config->rndv_read_share, -1, kMaxReadShare);
-  u32("RDMX_RC_MAX_RD_ATOMIC", &config->rc_max_rd_atomic, false);
+  };
+  auto fraction = [&](const char* name, double* field) {
+    if (const char* v = get(name)) {
+      if (const auto x = parse_fraction(v)) {
+        *field = *x;
+      } else {
+        fail(name, v, "a fraction in [0, 1]");
+      }
+    }
+  };
+  // One line per setting of settings.def, by its kind.
+#define RDMX_APPLY_INT(env, field, lo, hi) integer(env, field, lo, hi)
+#define RDMX_APPLY_U32(env, field, lo, hi) u32_number(env, field)
+#define RDMX_APPLY_SIZE32(env, field, lo, hi) u32_size(env, field)
+#define RDMX_APPLY_SIZE(env, field, lo, hi) sz(env, field)
+#define RDMX_APPLY_STRING(env, field, lo, hi) string(env, field)
+#define RDMX_APPLY_TRANSPORT(env, field, lo, hi) transport(env, field)
+#define RDMX_APPLY_UID(env, field, lo, hi) uid(env, field)
+#define RDMX_APPLY_FRACTION(env, field, lo, hi) fraction(env, field)
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help) \
+  RDMX_APPLY_##kind(env, &config->field, lo, hi);
+#include "transport/settings.def"
+#undef RDMX_SETTING
+#undef RDMX_APPLY_INT
+#undef RDMX_APPLY_U32
+#undef RDMX_APPLY_SIZE32
+#undef RDMX_APPLY_SIZE
+#undef RDMX_APPLY_STRING
+#undef RDMX_APPLY_TRANSPORT
+#undef RDMX_APPLY_UID
+#undef RDMX_APPLY_FRACTION
   return rc;
 }
+
+// settings.def's range of rndv_read_share is kMaxReadShare.
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help)                        \
+  static_assert(std::string_view(#field) != "rndv_read_share" || (hi) == kMaxReadShare, \
+                "settings.def: rndv_read_share's range");
+#include "transport/settings.def"
+#undef RDMX_SETTING
 
 bool choose_ud(const rdmx_config_t& config) noexcept {
   switch (config.transport) {

@@ -89,28 +89,23 @@ typedef struct mca_mtl_rdmx_module {
   bool warned_progress;
 } mca_mtl_rdmx_module_t;
 
-/* The MCA parameters (mtl_rdmx_*), registered in mtl_rdmx_component.c. */
+/* The MCA parameters (mtl_rdmx_*), registered in mtl_rdmx_component.c: one per rdmx setting
+ * of transport/settings.def marked mca, in the C type Open MPI stores its kind in, then the
+ * MTL's own. */
+#define MTL_RDMX_CTYPE_INT int
+#define MTL_RDMX_CTYPE_U32 unsigned int
+#define MTL_RDMX_CTYPE_SIZE32 unsigned int
+#define MTL_RDMX_CTYPE_SIZE size_t
+#define MTL_RDMX_CTYPE_STRING char*
+#define MTL_RDMX_CTYPE_TRANSPORT int /* rdmx_transport_t */
+#define MTL_RDMX_IF_MCA_1(...) __VA_ARGS__
+#define MTL_RDMX_IF_MCA_0(...)
 typedef struct mca_mtl_rdmx_params {
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help) \
+  MTL_RDMX_IF_MCA_##mca(MTL_RDMX_CTYPE_##kind field;)
+#include "transport/settings.def"
+#undef RDMX_SETTING
   int priority;
-  int verbose;
-  char* device;
-  int port;
-  int gid_index;
-  int transport; /* rdmx_transport_t */
-  unsigned int auto_ud_peers;
-  unsigned int small_buf_size;
-  unsigned int large_buf_size;
-  unsigned int srq_depth;
-  unsigned int srq_low_watermark;
-  size_t eager_limit;
-  size_t rndv_thresh;
-  int rndv_read_share;
-  unsigned int rc_max_rd_atomic;
-  unsigned int peer_timeout_ms;
-  unsigned int coalesce;
-  unsigned int ring_peers;
-  unsigned int ring_slots;
-  unsigned int ring_slot_size;
   int print_stats;             /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
   unsigned int progress_polls; /* rdmx polls per wait-loop turn while nothing happens, >= 1 */
   int yield_after_us;          /* rdmx_worker_idle's threshold; -1: never yield */

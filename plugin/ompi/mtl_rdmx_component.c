@@ -66,34 +66,17 @@ int ompi_mtl_rdmx_output = -1;
  * where it had been level without; the osu_bw gain with 100 was ~1 %. Opt in with a value >= 0. */
 #define MTL_RDMX_DEFAULT_YIELD_AFTER_US (-1)
 
-/* The parameters that map onto rdmx_config_t: MCA name, RDMX_* variable, variable index. */
-/* The mtl_rdmx_* parameters that mirror an rdmx_config_t field, in registration order (the
- * order ompi_info lists them in). */
+/* The mtl_rdmx_* parameters that mirror an rdmx setting (transport/settings.def), in its order
+ * (the order ompi_info lists them in). */
 enum {
-  P_VERBOSE,
-  P_DEVICE,
-  P_PORT,
-  P_GID_INDEX,
-  P_TRANSPORT,
-  P_AUTO_UD_PEERS,
-  P_SMALL_BUF,
-  P_LARGE_BUF,
-  P_SRQ_DEPTH,
-  P_SRQ_LOW_WATERMARK,
-  P_EAGER_LIMIT,
-  P_RNDV_THRESH,
-  P_RNDV_READ_SHARE,
-  P_RC_MAX_RD_ATOMIC,
-  P_PEER_TIMEOUT,
-  P_COALESCE,
-  P_RING_PEERS,
-  P_RING_SLOTS,
-  P_RING_SLOT_SIZE,
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help) MTL_RDMX_IF_MCA_##mca(P_##field, )
+#include "transport/settings.def"
+#undef RDMX_SETTING
   P_COUNT
 };
 
 /* One row per parameter: its name (mtl_rdmx_NAME), the RDMX_* variable it overrides, the
- * ompi_info description, type, level and storage. P_TRANSPORT also gets an enumerator. */
+ * ompi_info description, type, level and storage. P_transport also gets an enumerator. */
 typedef struct {
   const char* name;
   const char* env;
@@ -103,102 +86,18 @@ typedef struct {
   void* storage;
 } param_t;
 
+#define MTL_RDMX_VAR_TYPE_INT MCA_BASE_VAR_TYPE_INT
+#define MTL_RDMX_VAR_TYPE_U32 MCA_BASE_VAR_TYPE_UNSIGNED_INT
+#define MTL_RDMX_VAR_TYPE_SIZE32 MCA_BASE_VAR_TYPE_UNSIGNED_INT
+#define MTL_RDMX_VAR_TYPE_SIZE MCA_BASE_VAR_TYPE_SIZE_T
+#define MTL_RDMX_VAR_TYPE_STRING MCA_BASE_VAR_TYPE_STRING
+#define MTL_RDMX_VAR_TYPE_TRANSPORT MCA_BASE_VAR_TYPE_INT
 static const param_t params[P_COUNT] = {
-    [P_VERBOSE] = {"verbose", "RDMX_VERBOSE",
-                   "Verbosity: 0 quiet, 1 report the device, transport and thresholds chosen and "
-                   "why, 2 also rdmx's debug output (RDMX_VERBOSE)",
-                   MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_9, &ompi_mtl_rdmx_params.verbose},
-    [P_DEVICE] = {"device", "RDMX_DEVICE",
-                  "RDMA device to use, as listed by ibv_devices (e.g. mlx5_0, rxe0); empty: the "
-                  "first device with an active port (RDMX_DEVICE)",
-                  MCA_BASE_VAR_TYPE_STRING, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.device},
-    [P_PORT] = {"port", "RDMX_PORT", "Port of the device; 0: its first active port (RDMX_PORT)",
-                MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.port},
-    [P_GID_INDEX] = {"gid_index", "RDMX_GID_INDEX",
-                     "GID index; -1: on RoCE the port's RoCE v2 IPv4-mapped GID, on InfiniBand 0 "
-                     "(RDMX_GID_INDEX)",
-                     MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.gid_index},
-    [P_TRANSPORT] = {"transport", "RDMX_TRANSPORT",
-                     "Transport for eager messages: rc (one QP per peer and size class, hardware "
-                     "reliability), ud (one QP per size class, rdmx's reliability) or auto (rc "
-                     "below auto_ud_peers peers, ud from there) (RDMX_TRANSPORT)",
-                     MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_3, &ompi_mtl_rdmx_params.transport},
-    [P_AUTO_UD_PEERS] = {"auto_ud_peers", "RDMX_AUTO_UD_PEERS",
-                         "transport=auto picks ud from this many peers (RDMX_AUTO_UD_PEERS)",
-                         MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
-                         &ompi_mtl_rdmx_params.auto_ud_peers},
-    [P_SMALL_BUF] = {"small_buf_size", "RDMX_SMALL_BUF",
-                     "Small size class: payload bytes of a small eager receive buffer "
-                     "(RDMX_SMALL_BUF)",
-                     MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
-                     &ompi_mtl_rdmx_params.small_buf_size},
-    [P_LARGE_BUF] = {"large_buf_size", "RDMX_LARGE_BUF",
-                     "Large size class: payload bytes of a large eager receive buffer; on ud both "
-                     "classes are capped by the path MTU (RDMX_LARGE_BUF)",
-                     MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
-                     &ompi_mtl_rdmx_params.large_buf_size},
-    [P_SRQ_DEPTH] = {"srq_depth", "RDMX_SRQ_DEPTH",
-                     "Receive buffers per shared receive queue (one SRQ per size class); a minimum "
-                     "is enforced (RDMX_SRQ_DEPTH)",
-                     MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
-                     &ompi_mtl_rdmx_params.srq_depth},
-    [P_SRQ_LOW_WATERMARK] = {"srq_low_watermark", "RDMX_SRQ_LOW_WATERMARK",
-                             "SRQ low watermark (srq_limit): refill when fewer buffers are "
-                             "posted; 0: depth / 4 (RDMX_SRQ_LOW_WATERMARK)",
-                             MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
-                             &ompi_mtl_rdmx_params.srq_low_watermark},
-    [P_EAGER_LIMIT] = {"eager_limit", "RDMX_EAGER_LIMIT",
-                       "Largest message sent eagerly, in bytes (capped by the large size class) "
-                       "(RDMX_EAGER_LIMIT)",
-                       MCA_BASE_VAR_TYPE_SIZE_T, OPAL_INFO_LVL_5,
-                       &ompi_mtl_rdmx_params.eager_limit},
-    [P_RNDV_THRESH] = {"rndv_thresh", "RDMX_RNDV_THRESH",
-                       "Messages of this many bytes and more use the RDMA-write rendezvous "
-                       "(RDMX_RNDV_THRESH)",
-                       MCA_BASE_VAR_TYPE_SIZE_T, OPAL_INFO_LVL_5,
-                       &ompi_mtl_rdmx_params.rndv_thresh},
-    [P_RNDV_READ_SHARE] = {"rndv_read_share", "RDMX_RNDV_READ_SHARE",
-                           "rc: percentage (0..90) of a rendezvous message of 8 KiB and more "
-                           "that the receiver reads from the sender's buffer itself (RDMA read) "
-                           "while the sender writes the rest; -1: 50 on software RDMA devices "
-                           "(rxe, siw), whose bytes are moved by the CPUs of both processes at "
-                           "once, 0 on hardware (RDMX_RNDV_READ_SHARE)",
-                           MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_5,
-                           &ompi_mtl_rdmx_params.rndv_read_share},
-    [P_RC_MAX_RD_ATOMIC] = {"rc_max_rd_atomic", "RDMX_RC_MAX_RD_ATOMIC",
-                            "rc: RDMA reads in flight per connection, each way, 1..16, at most "
-                            "what the device allows; a peer that takes fewer gets no more than "
-                            "it takes (RDMX_RC_MAX_RD_ATOMIC)",
-                            MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
-                            &ompi_mtl_rdmx_params.rc_max_rd_atomic},
-    [P_PEER_TIMEOUT] = {"peer_timeout_ms", "RDMX_PEER_TIMEOUT_MS",
-                        "A peer silent for this many milliseconds is declared dead "
-                        "(RDMX_PEER_TIMEOUT_MS)",
-                        MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
-                        &ompi_mtl_rdmx_params.peer_timeout_ms},
-    [P_COALESCE] = {"coalesce", "RDMX_COALESCE",
-                    "1: small standard sends posted back to back to one peer (no progress call "
-                    "between them) leave packed in one packet, at the next progress call or "
-                    "when it is full; 0: each leaves alone (RDMX_COALESCE)",
-                    MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
-                    &ompi_mtl_rdmx_params.coalesce},
-    [P_RING_PEERS] = {"ring_peers", "RDMX_RING_PEERS",
-                      "rc: peers at most that get an RDMA-write eager ring of this process's "
-                      "memory after sending it 16 messages; they write small messages straight "
-                      "into it (lower latency than a send into the SRQ); 0: none "
-                      "(RDMX_RING_PEERS)",
-                      MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
-                      &ompi_mtl_rdmx_params.ring_peers},
-    [P_RING_SLOTS] = {"ring_slots", "RDMX_RING_SLOTS",
-                      "Slots per eager ring, 2..1024 (RDMX_RING_SLOTS)",
-                      MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
-                      &ompi_mtl_rdmx_params.ring_slots},
-    [P_RING_SLOT_SIZE] = {"ring_slot_size", "RDMX_RING_SLOT_SIZE",
-                          "Bytes per eager ring slot (a message with its 32-byte header and 8 "
-                          "bytes of footer; also capped by the device's inline size), a multiple "
-                          "of 8 in 64..4096 (RDMX_RING_SLOT_SIZE)",
-                          MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6,
-                          &ompi_mtl_rdmx_params.ring_slot_size},
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help)                                 \
+  MTL_RDMX_IF_MCA_##mca([P_##field] = {#field, env, help " (" env ")", MTL_RDMX_VAR_TYPE_##kind, \
+                                       OPAL_INFO_LVL_##level, &ompi_mtl_rdmx_params.field}, )
+#include "transport/settings.def"
+#undef RDMX_SETTING
 };
 static int param_index[P_COUNT];
 
@@ -224,25 +123,10 @@ static int component_register(void) {
   /* The defaults shown by ompi_info are rdmx's own. */
   rdmx_config_init(&d);
   p->priority = MTL_RDMX_DEFAULT_PRIORITY;
-  p->verbose = d.verbose;
-  p->device = NULL;
-  p->port = d.port;
-  p->gid_index = d.gid_index;
-  p->transport = (int)d.transport;
-  p->auto_ud_peers = d.auto_ud_peers;
-  p->small_buf_size = d.small_buf_size;
-  p->large_buf_size = d.large_buf_size;
-  p->srq_depth = d.srq_depth;
-  p->srq_low_watermark = d.srq_low_watermark;
-  p->eager_limit = d.eager_limit;
-  p->rndv_thresh = d.rndv_thresh;
-  p->rndv_read_share = d.rndv_read_share;
-  p->rc_max_rd_atomic = d.rc_max_rd_atomic;
-  p->peer_timeout_ms = d.peer_timeout_ms;
-  p->coalesce = d.coalesce;
-  p->ring_peers = d.ring_peers;
-  p->ring_slots = d.ring_slots;
-  p->ring_slot_size = d.ring_slot_size;
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help) \
+  MTL_RDMX_IF_MCA_##mca(p->field = (MTL_RDMX_CTYPE_##kind)d.field;)
+#include "transport/settings.def"
+#undef RDMX_SETTING
 
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "priority",
@@ -251,7 +135,7 @@ static int component_register(void) {
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->priority);
   for (int which = 0; which < P_COUNT; ++which) {
-    if (which != P_TRANSPORT) {
+    if (which != P_transport) {
       reg(which, NULL);
     } else if (OPAL_SUCCESS ==
                mca_base_var_enum_create("mtl_rdmx_transport", transport_values, &transport_enum)) {
@@ -316,7 +200,7 @@ static int env_verbose(void) {
 static int component_open(void) {
   int verbose = ompi_mtl_rdmx_params.verbose;
   /* An explicit mtl_rdmx_verbose wins, as for every parameter; else RDMX_VERBOSE. */
-  if (!mca_explicit(P_VERBOSE, NULL) && env_verbose() > verbose) {
+  if (!mca_explicit(P_verbose, NULL) && env_verbose() > verbose) {
     verbose = env_verbose();
   }
   ompi_mtl_rdmx_output = opal_output_open(NULL);
@@ -370,27 +254,15 @@ static const char* origin(int which, char* buf, size_t len) {
 /* Step 3 of the precedence: explicit MCA values over RDMX_* and defaults. */
 static void apply_mca(rdmx_config_t* c) {
   const mca_mtl_rdmx_params_t* p = &ompi_mtl_rdmx_params;
-  if (mca_explicit(P_DEVICE, NULL)) {
-    c->device = (p->device != NULL && *p->device != '\0') ? p->device : NULL;
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help) \
+  MTL_RDMX_IF_MCA_##mca(                                         \
+      if (mca_explicit(P_##field, NULL)) { c->field = (__typeof__(c->field))p->field; })
+#include "transport/settings.def"
+#undef RDMX_SETTING
+  /* An explicit empty device is "the first device with an active port". */
+  if (NULL != c->device && '\0' == *c->device) {
+    c->device = NULL;
   }
-  if (mca_explicit(P_PORT, NULL)) c->port = p->port;
-  if (mca_explicit(P_GID_INDEX, NULL)) c->gid_index = p->gid_index;
-  if (mca_explicit(P_TRANSPORT, NULL)) c->transport = (rdmx_transport_t)p->transport;
-  if (mca_explicit(P_AUTO_UD_PEERS, NULL)) c->auto_ud_peers = p->auto_ud_peers;
-  if (mca_explicit(P_SMALL_BUF, NULL)) c->small_buf_size = p->small_buf_size;
-  if (mca_explicit(P_LARGE_BUF, NULL)) c->large_buf_size = p->large_buf_size;
-  if (mca_explicit(P_SRQ_DEPTH, NULL)) c->srq_depth = p->srq_depth;
-  if (mca_explicit(P_SRQ_LOW_WATERMARK, NULL)) c->srq_low_watermark = p->srq_low_watermark;
-  if (mca_explicit(P_EAGER_LIMIT, NULL)) c->eager_limit = p->eager_limit;
-  if (mca_explicit(P_RNDV_THRESH, NULL)) c->rndv_thresh = p->rndv_thresh;
-  if (mca_explicit(P_RNDV_READ_SHARE, NULL)) c->rndv_read_share = p->rndv_read_share;
-  if (mca_explicit(P_RC_MAX_RD_ATOMIC, NULL)) c->rc_max_rd_atomic = p->rc_max_rd_atomic;
-  if (mca_explicit(P_PEER_TIMEOUT, NULL)) c->peer_timeout_ms = p->peer_timeout_ms;
-  if (mca_explicit(P_COALESCE, NULL)) c->coalesce = p->coalesce;
-  if (mca_explicit(P_RING_PEERS, NULL)) c->ring_peers = p->ring_peers;
-  if (mca_explicit(P_RING_SLOTS, NULL)) c->ring_slots = p->ring_slots;
-  if (mca_explicit(P_RING_SLOT_SIZE, NULL)) c->ring_slot_size = p->ring_slot_size;
-  if (mca_explicit(P_VERBOSE, NULL)) c->verbose = p->verbose;
 }
 
 /* Processes in this job, from PMIx (works for mpirun and direct launch), else mpirun's
@@ -420,20 +292,20 @@ static void report_open_failure(const rdmx_config_t* c, int code) {
   char o[3][96];
   const char* why;
   if (c->device != NULL) {
-    snprintf(dev, sizeof(dev), "RDMA device '%s' [%s]", c->device, origin(P_DEVICE, o[0], 96));
+    snprintf(dev, sizeof(dev), "RDMA device '%s' [%s]", c->device, origin(P_device, o[0], 96));
   } else {
     snprintf(dev, sizeof(dev), "the first RDMA device with an active port [%s]",
-             origin(P_DEVICE, o[0], 96));
+             origin(P_device, o[0], 96));
   }
   if (c->port > 0) {
-    snprintf(port, sizeof(port), "port %d [%s]", c->port, origin(P_PORT, o[1], 96));
+    snprintf(port, sizeof(port), "port %d [%s]", c->port, origin(P_port, o[1], 96));
   } else {
-    snprintf(port, sizeof(port), "its first active port [%s]", origin(P_PORT, o[1], 96));
+    snprintf(port, sizeof(port), "its first active port [%s]", origin(P_port, o[1], 96));
   }
   if (c->gid_index >= 0) {
-    snprintf(gid, sizeof(gid), "GID index %d [%s]", c->gid_index, origin(P_GID_INDEX, o[2], 96));
+    snprintf(gid, sizeof(gid), "GID index %d [%s]", c->gid_index, origin(P_gid_index, o[2], 96));
   } else {
-    snprintf(gid, sizeof(gid), "the RoCE v2 IPv4 GID [%s]", origin(P_GID_INDEX, o[2], 96));
+    snprintf(gid, sizeof(gid), "the RoCE v2 IPv4 GID [%s]", origin(P_gid_index, o[2], 96));
   }
   switch (code) {
     case RDMX_ERR_NO_DEVICE:
@@ -477,11 +349,11 @@ static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
   }
   if (c->transport == RDMX_TRANSPORT_AUTO) {
     snprintf(why, sizeof(why), "auto [%s]: %u peers %s auto_ud_peers %u [%s]",
-             origin(P_TRANSPORT, o[0], sizeof(o[0])), c->expected_peers,
+             origin(P_transport, o[0], sizeof(o[0])), c->expected_peers,
              c->expected_peers >= c->auto_ud_peers ? ">=" : "<", c->auto_ud_peers,
-             origin(P_AUTO_UD_PEERS, o[1], sizeof(o[1])));
+             origin(P_auto_ud_peers, o[1], sizeof(o[1])));
   } else {
-    snprintf(why, sizeof(why), "asked for [%s]", origin(P_TRANSPORT, o[0], sizeof(o[0])));
+    snprintf(why, sizeof(why), "asked for [%s]", origin(P_transport, o[0], sizeof(o[0])));
   }
   opal_output_verbose(1, ompi_mtl_rdmx_output,
                       "mtl rdmx: rank %u of %u, uid %016llx; values [from where]; precedence: "
@@ -491,26 +363,26 @@ static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
                       "mtl rdmx: device %s [%s], port %d [%s], gid index %d [%s] (the rdmx line "
                       "above shows what was found on the device)",
                       c->device != NULL ? c->device : "(first with an active port)",
-                      origin(P_DEVICE, o[0], 96), c->port, origin(P_PORT, o[1], 96), c->gid_index,
-                      origin(P_GID_INDEX, o[2], 96));
+                      origin(P_device, o[0], 96), c->port, origin(P_port, o[1], 96), c->gid_index,
+                      origin(P_gid_index, o[2], 96));
   opal_output_verbose(1, ompi_mtl_rdmx_output, "mtl rdmx: transport %s: %s", chosen, why);
   opal_output_verbose(1, ompi_mtl_rdmx_output,
                       "mtl rdmx: eager limit %zu [%s], rendezvous from %zu [%s], size classes "
                       "%u [%s] / %u B [%s]",
-                      c->eager_limit, origin(P_EAGER_LIMIT, o[0], 96), c->rndv_thresh,
-                      origin(P_RNDV_THRESH, o[1], 96), c->small_buf_size,
-                      origin(P_SMALL_BUF, o[2], 96), c->large_buf_size,
-                      origin(P_LARGE_BUF, o[3], 96));
+                      c->eager_limit, origin(P_eager_limit, o[0], 96), c->rndv_thresh,
+                      origin(P_rndv_thresh, o[1], 96), c->small_buf_size,
+                      origin(P_small_buf_size, o[2], 96), c->large_buf_size,
+                      origin(P_large_buf_size, o[3], 96));
   opal_output_verbose(1, ompi_mtl_rdmx_output,
                       "mtl rdmx: eager rings (rc only) for %u peers [%s] of %u slots [%s] x %u B "
                       "[%s]",
-                      c->ring_peers, origin(P_RING_PEERS, o[0], 96), c->ring_slots,
-                      origin(P_RING_SLOTS, o[1], 96), c->ring_slot_size,
-                      origin(P_RING_SLOT_SIZE, o[2], 96));
+                      c->ring_peers, origin(P_ring_peers, o[0], 96), c->ring_slots,
+                      origin(P_ring_slots, o[1], 96), c->ring_slot_size,
+                      origin(P_ring_slot_size, o[2], 96));
   opal_output_verbose(1, ompi_mtl_rdmx_output,
                       "mtl rdmx: srq depth %u [%s], low watermark %u [%s] (0: depth / 4)",
-                      c->srq_depth, origin(P_SRQ_DEPTH, o[0], 96), c->srq_low_watermark,
-                      origin(P_SRQ_LOW_WATERMARK, o[1], 96));
+                      c->srq_depth, origin(P_srq_depth, o[0], 96), c->srq_low_watermark,
+                      origin(P_srq_low_watermark, o[1], 96));
 }
 
 static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
