@@ -93,18 +93,6 @@ class Worker::RndvHooks final : public rendezvous::Transport {
   }
 
  private:
-  static rendezvous::PostResult to_engine(PostResult r) noexcept {
-    switch (r) {
-      case PostResult::kPosted:
-        return rendezvous::PostResult::kPosted;
-      case PostResult::kNoResource:
-        return rendezvous::PostResult::kNoResource;
-      case PostResult::kFailed:
-        break;
-    }
-    return rendezvous::PostResult::kFailed;
-  }
-
   rendezvous::PostResult post(Peer& p, protocol::MsgKind kind, std::uint32_t aux, const void* body,
                               std::size_t body_length, const void* payload, std::size_t length) {
     if (p.state == PeerState::kFailed) {
@@ -113,7 +101,7 @@ class Worker::RndvHooks final : public rendezvous::Transport {
     if (p.state != PeerState::kConnected) {
       return rendezvous::PostResult::kNoResource;
     }
-    return to_engine(w_.post_message(p, kind, 0, aux, body, body_length, payload, length));
+    return w_.post_message(p, kind, 0, aux, body, body_length, payload, length);
   }
 
   Worker& w_;

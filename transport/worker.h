@@ -222,7 +222,8 @@ class Worker {
   void on_connected(Peer& peer);
 
   // --- send path (send.cc)
-  enum class PostResult : std::uint8_t { kPosted, kNoResource, kFailed };
+  // One outcome for every post, the rendezvous engine's hooks included.
+  using PostResult = rendezvous::PostResult;
   PostResult post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag, std::uint32_t aux,
                           const void* payload, std::size_t length) {
     return post_message(peer, kind, tag, aux, nullptr, 0, payload, length);

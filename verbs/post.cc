@@ -26,8 +26,8 @@ bool sges_ok(const Wr& wr, std::uint32_t max_sge, bool allow_zero_length) {
 // Checks the chain, cuts it before the first bad WR, posts the prefix with `verb`, restores the
 // chain and reports the split.
 template <typename Wr, typename Verb, typename ZeroOk>
-PostResult post_checked(Wr* chain, std::uint32_t max_sge, ZeroOk zero_ok, Verb verb) noexcept {
-  PostResult result;
+ChainPostResult post_checked(Wr* chain, std::uint32_t max_sge, ZeroOk zero_ok, Verb verb) noexcept {
+  ChainPostResult result;
   if (chain == nullptr) {
     return result;  // providers dereference the head unconditionally
   }
@@ -72,19 +72,20 @@ PostResult post_checked(Wr* chain, std::uint32_t max_sge, ZeroOk zero_ok, Verb v
 
 }  // namespace
 
-PostResult post_srq_recv_checked(ibv_srq* srq, ibv_recv_wr* chain, std::uint32_t max_sge) noexcept {
+ChainPostResult post_srq_recv_checked(ibv_srq* srq, ibv_recv_wr* chain,
+                                      std::uint32_t max_sge) noexcept {
   return post_checked(
       chain, max_sge, [](const ibv_recv_wr&) { return false; },
       [srq](ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_srq_recv(srq, wr, bad); });
 }
 
-PostResult post_recv_checked(ibv_qp* qp, ibv_recv_wr* chain, std::uint32_t max_sge) noexcept {
+ChainPostResult post_recv_checked(ibv_qp* qp, ibv_recv_wr* chain, std::uint32_t max_sge) noexcept {
   return post_checked(
       chain, max_sge, [](const ibv_recv_wr&) { return false; },
       [qp](ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_recv(qp, wr, bad); });
 }
 
-PostResult post_send_checked(ibv_qp* qp, ibv_send_wr* chain, std::uint32_t max_sge) noexcept {
+ChainPostResult post_send_checked(ibv_qp* qp, ibv_send_wr* chain, std::uint32_t max_sge) noexcept {
   return post_checked(
       chain, max_sge, [](const ibv_send_wr& wr) { return (wr.send_flags & IBV_SEND_INLINE) != 0; },
       [qp](ibv_send_wr* wr, ibv_send_wr** bad) { return ibv_post_send(qp, wr, bad); });

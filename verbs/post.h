@@ -1,7 +1,7 @@
 // Checked posting of work-request chains (ibv_post_recv, ibv_post_srq_recv, ibv_post_send).
 //
 // The verbs stop at the first WR they cannot take and return it through bad_wr; everything
-// before it is posted, nothing after it is (ibv_post_srq_recv(3)). PostResult reports exactly
+// before it is posted, nothing after it is (ibv_post_srq_recv(3)). ChainPostResult reports exactly
 // that split so the caller can account for every wr_id. Before calling the verb, the chain is
 // checked for the two mistakes a provider may not catch:
 //   - num_sge above the queue's max_sge (or negative);
@@ -20,7 +20,7 @@
 
 namespace rdmx::verbs {
 
-struct PostResult {
+struct ChainPostResult {
   int error = 0;                 // 0, or the errno value (EINVAL for a WR refused by the check)
   std::size_t posted = 0;        // WRs accepted: the first `posted` of the chain
   const void* bad_wr = nullptr;  // the first WR not posted (== the WR at index `posted`)
@@ -29,10 +29,11 @@ struct PostResult {
   std::size_t bad_index() const noexcept { return posted; }
 };
 
-PostResult post_srq_recv_checked(ibv_srq* srq, ibv_recv_wr* chain, std::uint32_t max_sge) noexcept;
-PostResult post_recv_checked(ibv_qp* qp, ibv_recv_wr* chain, std::uint32_t max_sge) noexcept;
+ChainPostResult post_srq_recv_checked(ibv_srq* srq, ibv_recv_wr* chain,
+                                      std::uint32_t max_sge) noexcept;
+ChainPostResult post_recv_checked(ibv_qp* qp, ibv_recv_wr* chain, std::uint32_t max_sge) noexcept;
 // For sends, zero-length SGEs are refused too except on IBV_SEND_INLINE WRs (where the provider
 // copies `length` bytes and never hands the SGE to the HCA).
-PostResult post_send_checked(ibv_qp* qp, ibv_send_wr* chain, std::uint32_t max_sge) noexcept;
+ChainPostResult post_send_checked(ibv_qp* qp, ibv_send_wr* chain, std::uint32_t max_sge) noexcept;
 
 }  // namespace rdmx::verbs

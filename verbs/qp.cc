@@ -249,16 +249,16 @@ void QueuePair::to_error() {
   modify(attr, 0, IBV_QPS_ERR, "");
 }
 
-PostResult QueuePair::post_send(ibv_send_wr* chain) noexcept {
+ChainPostResult QueuePair::post_send(ibv_send_wr* chain) noexcept {
   if (closing_) [[unlikely]] {
-    return PostResult{.error = ESHUTDOWN, .posted = 0, .bad_wr = chain};
+    return ChainPostResult{.error = ESHUTDOWN, .posted = 0, .bad_wr = chain};
   }
   return post_send_checked(qp_, chain, caps_.max_send_sge);
 }
 
-PostResult QueuePair::post_recv(ibv_recv_wr* chain) noexcept {
+ChainPostResult QueuePair::post_recv(ibv_recv_wr* chain) noexcept {
   if (closing_) [[unlikely]] {
-    return PostResult{.error = ESHUTDOWN, .posted = 0, .bad_wr = chain};
+    return ChainPostResult{.error = ESHUTDOWN, .posted = 0, .bad_wr = chain};
   }
   return post_recv_checked(qp_, chain, caps_.max_recv_sge);
 }

@@ -191,8 +191,8 @@ class QueuePair {
   void to_error();
 
   // Checked posts (post.h); ESHUTDOWN once shutdown() started.
-  PostResult post_send(ibv_send_wr* chain) noexcept;
-  PostResult post_recv(ibv_recv_wr* chain) noexcept;
+  ChainPostResult post_send(ibv_send_wr* chain) noexcept;
+  ChainPostResult post_recv(ibv_recv_wr* chain) noexcept;
 
   // UD only. ibv_destroy_qp "fails if the QP is attached to a multicast group": tracked here.
   void attach_mcast(const ibv_gid& gid, std::uint16_t lid);

@@ -52,7 +52,7 @@ class SharedReceiveQueue {
   void arm_limit(std::uint32_t limit);
 
   // One ibv_post_srq_recv for the whole chain, checked first (see post.h).
-  PostResult post(ibv_recv_wr* chain) noexcept {
+  ChainPostResult post(ibv_recv_wr* chain) noexcept {
     return post_srq_recv_checked(srq_, chain, granted_.max_sge);
   }
 

@@ -125,7 +125,7 @@ TEST_F(QpTeardownTest, OverfilledRqChainPostsExactlyWhatItReportsCountedByFlushe
   qp.to_init(verbs::RcInitAttr{.port_num = dev->port});
   Buffer buf(*pd, kKiB64);
   RecvChain chain = make_recv_chain(buf, kChain, 64, 0);
-  const verbs::PostResult r = qp.post_recv(chain.head());
+  const verbs::ChainPostResult r = qp.post_recv(chain.head());
   // The device's RQ holds at least caps().max_recv_wr plus the marker's reserved slot; it may
   // hold more than ibv_create_qp reported (rxe rounds its rings up to a power of two).
   std::printf("RAW %s: RQ reported %u (+1 reserved), actually took %zu; error %s at index %zu\n",

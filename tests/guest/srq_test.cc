@@ -38,7 +38,7 @@ TEST_F(SrqTest, GrantedAttributesAreReadBackAndUsable) {
   // Everything granted can be posted in one chain, also beyond the request.
   Buffer buf(*pd, kKiB64);
   RecvChain chain = make_recv_chain(buf, srq.attr().max_wr, 64, 0);
-  const verbs::PostResult r = srq.post(chain.head());
+  const verbs::ChainPostResult r = srq.post(chain.head());
   EXPECT_EQ(r.error, 0);
   EXPECT_EQ(r.posted, srq.attr().max_wr);
 }
@@ -205,7 +205,7 @@ TEST_F(SrqTest, LimitEventGoesToItsRegisteredHandler) {
 TEST_F(SrqTest, ChainIsPostedInOneCallAndEveryWrIdRoundTrips) {
   SrqRig rig(*dev, *pd, 16, 16);
   RecvChain chain = make_recv_chain(rig.rbuf, 6, SrqRig::kSlotBytes, 0xA000);
-  const verbs::PostResult r = rig.srq.post(chain.head());
+  const verbs::ChainPostResult r = rig.srq.post(chain.head());
   ASSERT_EQ(r.error, 0);
   EXPECT_EQ(r.posted, 6u);
   rig.send(6, 0x500);
@@ -232,7 +232,7 @@ TEST_F(SrqTest, OverfilledChainStopsAtTheFirstFailedWrAndPostsNothingAfterIt) {
   const std::uint32_t granted = rig.srq.attr().max_wr;
   ASSERT_LE(granted, 60u) << "test sized for a small SRQ";
   RecvChain chain = make_recv_chain(rig.rbuf, granted + 3, SrqRig::kSlotBytes, 0);
-  const verbs::PostResult r = rig.srq.post(chain.head());
+  const verbs::ChainPostResult r = rig.srq.post(chain.head());
   std::printf("posted %zu of %u, error %s, bad index %zu\n", r.posted, granted + 3,
               verbs::errno_name(r.error).c_str(), r.bad_index());
   EXPECT_NE(r.error, 0);
@@ -269,7 +269,7 @@ TEST_F(SrqTest, NumSgeAboveMaxSgeIsRefusedAndNothingAfterItIsPosted) {
   ASSERT_LE(too_many, 8);
   chain.wrs[2].sg_list = extra;
   chain.wrs[2].num_sge = too_many;
-  const verbs::PostResult r = rig.srq.post(chain.head());
+  const verbs::ChainPostResult r = rig.srq.post(chain.head());
   EXPECT_EQ(r.error, EINVAL);
   EXPECT_EQ(r.posted, 2u);
   EXPECT_EQ(r.bad_wr, &chain.wrs[2]);
@@ -288,7 +288,7 @@ TEST_F(SrqTest, ZeroLengthSgeIsRefusedNotPostedAsTwoGigabytes) {
   SrqRig rig(*dev, *pd, 16, 16, /*sender_rnr_retry=*/0);
   RecvChain chain = make_recv_chain(rig.rbuf, 3, SrqRig::kSlotBytes, 0);
   chain.sges[1].length = 0;
-  const verbs::PostResult r = rig.srq.post(chain.head());
+  const verbs::ChainPostResult r = rig.srq.post(chain.head());
   EXPECT_EQ(r.error, EINVAL);
   EXPECT_EQ(r.posted, 1u);
   EXPECT_EQ(r.bad_index(), 1u);

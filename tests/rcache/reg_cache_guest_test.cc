@@ -135,7 +135,7 @@ class RegCacheGuest : public VerbsTest {
       wr.send_flags = IBV_SEND_SIGNALED;
       wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(dst.at(0));
       wr.wr.rdma.rkey = dst.mr.rkey();
-      const verbs::PostResult r = sender.post_send(&wr);
+      const verbs::ChainPostResult r = sender.post_send(&wr);
       if (!r) {
         ADD_FAILURE() << "post_send: " << std::strerror(r.error);
         return IBV_WC_GENERAL_ERR;

@@ -152,7 +152,7 @@ void post_send(verbs::QueuePair& qp, Buffer& buf, std::size_t offset, std::uint3
     wr.wr.ud.remote_qpn = remote_qpn;
     wr.wr.ud.remote_qkey = kTestQkey;
   }
-  const verbs::PostResult r = qp.post_send(&wr);
+  const verbs::ChainPostResult r = qp.post_send(&wr);
   if (!r) {
     throw verbs::Error("ibv_post_send", r.error, "test send wr_id " + std::to_string(wr_id));
   }
