@@ -76,7 +76,7 @@ void Worker::run_liveness(std::uint64_t now) {
       continue;
     }
     if ((p.ping_first_us == 0 || now - p.ping_last_us >= quiet_us) &&
-        send_wr_ctrl(p, kOpPing, 0, 0)) {
+        send_wqp_ctrl(p, kOpPing, 0, 0)) {
       if (p.ping_first_us == 0) {
         p.ping_first_us = now;
       }
@@ -88,7 +88,7 @@ void Worker::run_liveness(std::uint64_t now) {
 
 void Worker::on_ping(Peer& peer, std::uint8_t op) {
   if (op == kOpPing) {
-    (void)send_wr_ctrl(peer, kOpPong, 0, 0);  // a lost pong: the next ping asks again
+    (void)send_wqp_ctrl(peer, kOpPong, 0, 0);  // a lost pong: the next ping asks again
   } else {
     ++peer.pongs;  // moves the peer's liveness mark
   }

@@ -117,16 +117,17 @@ struct Peer {
   // UD: where to send.
   std::unique_ptr<verbs::AddressHandle> ah;
   // UD: the RC connection rendezvous writes go over, made on demand over the control QP and
-  // capped per worker (rendezvous/rc_lru.h). RC mode writes over rc_qp[1] instead.
-  std::unique_ptr<verbs::QueuePair> wr_qp;
-  eager::SendQueue wr_sq;
-  WriteQpState wr_state = WriteQpState::kNone;
-  std::uint32_t wr_psn = 0;
-  std::uint32_t wr_remote_qpn = 0;  // the peer's QP ours is connected to (kReady)
-  std::uint64_t wr_start_us = 0;
-  std::uint64_t wr_next_us = 0;
-  std::uint64_t wr_rto_us = 0;
-  bool wr_listed = false;
+  // capped per worker (rendezvous/rc_lru.h). RC mode writes over rc_qp[1] instead. The wqp_
+  // prefix, here and in the worker, means this write QP (wr_ means a work request).
+  std::unique_ptr<verbs::QueuePair> write_qp;
+  eager::SendQueue wqp_sq;
+  WriteQpState wqp_state = WriteQpState::kNone;
+  std::uint32_t wqp_psn = 0;
+  std::uint32_t wqp_remote_qpn = 0;  // the peer's QP ours is connected to (kReady)
+  std::uint64_t wqp_start_us = 0;
+  std::uint64_t wqp_next_us = 0;
+  std::uint64_t wqp_rto_us = 0;
+  bool wqp_listed = false;
 
   // Ordering: our next Seq comes from rc_guard (RC) or ud_tx (UD); rx orders the peer's stream.
   std::unique_ptr<OrderGuard> rc_guard;  // RC: bounds how far ahead we run

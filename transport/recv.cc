@@ -134,10 +134,10 @@ int Worker::progress() {
   if (rndv_->has_pending()) [[unlikely]] {
     events += rndv_->progress();
   }
-  if (!wr_retired_.empty() || !wr_connect_list_.empty()) [[unlikely]] {
+  if (!wqp_retired_.empty() || !wqp_connect_list_.empty()) [[unlikely]] {
     destroy_retired_qps();
-    if (!wr_connect_list_.empty()) {
-      run_wr_timers(now_us());
+    if (!wqp_connect_list_.empty()) {
+      run_wqp_timers(now_us());
     }
   }
   if (!ring_peers_.empty()) {
@@ -317,7 +317,7 @@ void Worker::on_send_completion(const ibv_wc& wc) {
       ++stat_rnr_exceeded_;
     }
     Peer* owner = static_cast<Peer*>(desc.peer);
-    if (ud_mode_ && owner != nullptr && desc.queue == &owner->wr_sq) {
+    if (ud_mode_ && owner != nullptr && desc.queue == &owner->wqp_sq) {
       // UD mode's on-demand write QP: only that connection is lost, not the peer.
       write_qp_failed = owner;
       if (wc.status != IBV_WC_WR_FLUSH_ERR && config_.verbose >= 1) {
@@ -352,9 +352,9 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   } else if (rndv_token != 0) {
     rndv_->on_write_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
   }
-  if (write_qp_failed != nullptr && write_qp_failed->wr_state == WriteQpState::kReady) {
-    write_qp_failed->wr_sq.close();
-    (void)retire_wr_qp(*write_qp_failed, true);
+  if (write_qp_failed != nullptr && write_qp_failed->wqp_state == WriteQpState::kReady) {
+    write_qp_failed->wqp_sq.close();
+    (void)retire_wqp(*write_qp_failed, true);
   }
   if (failed != nullptr) {
     for (auto& sq : failed->rc_sq) {

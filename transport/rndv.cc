@@ -52,7 +52,7 @@ class Worker::RndvHooks final : public rendezvous::Transport {
     Peer& p = *w_.peers_[peer];
     // UD: our write QP for this peer (connecting or connected), so that a sender whose QP
     // points at another one of ours knows it is stale.
-    const std::uint32_t aux = w_.ud_mode_ && p.wr_qp ? p.wr_qp->qp_num() : 0;
+    const std::uint32_t aux = w_.ud_mode_ && p.write_qp ? p.write_qp->qp_num() : 0;
     return post(p, protocol::MsgKind::kCts, aux, &body, sizeof(body), nullptr, 0);
   }
   rendezvous::PostResult post_fin(rendezvous::PeerIndex peer,
@@ -124,7 +124,7 @@ void Worker::setup_rendezvous() {
   ec.log.verbose = config_.verbose;
   rndv_ = std::make_unique<rendezvous::Engine>(*rndv_hooks_, *rcache_, ec);
   if (ud_mode_) {
-    wr_lru_ = std::make_unique<rendezvous::RcLru>(res_.max_rc_peers);
+    wqp_lru_ = std::make_unique<rendezvous::RcLru>(res_.max_rc_peers);
   }
   if (config_.verbose >= 1) {
     std::fprintf(stderr,
@@ -186,24 +186,24 @@ rendezvous::WriteConnection Worker::write_connection(Peer& p) {
   if (!ud_mode_) {
     return p.rc_ready ? WriteConnection::kReady : WriteConnection::kUnavailable;
   }
-  switch (p.wr_state) {
+  switch (p.wqp_state) {
     case WriteQpState::kReady:
-      if (p.wr_sq.closed()) {
+      if (p.wqp_sq.closed()) {
         return WriteConnection::kUnavailable;  // failed, being retired
       }
-      wr_lru_->touch(p.index);
+      wqp_lru_->touch(p.index);
       return WriteConnection::kReady;
     case WriteQpState::kConnecting:
       return WriteConnection::kConnecting;
     case WriteQpState::kNone:
       break;
   }
-  const auto d = wr_lru_->admit(p.index, [this](std::uint32_t i) { return wr_busy(i); });
+  const auto d = wqp_lru_->admit(p.index, [this](std::uint32_t i) { return wqp_busy(i); });
   switch (d.admit) {
     case rendezvous::RcLru::Admit::kFull:
       return WriteConnection::kUnavailable;
     case rendezvous::RcLru::Admit::kEvict:
-      if (!retire_wr_qp(*peers_[d.victim], true)) {
+      if (!retire_wqp(*peers_[d.victim], true)) {
         return WriteConnection::kUnavailable;
       }
       break;
@@ -211,9 +211,9 @@ rendezvous::WriteConnection Worker::write_connection(Peer& p) {
     case rendezvous::RcLru::Admit::kConnected:
       break;
   }
-  start_wr_connect(p);
-  return p.wr_state == WriteQpState::kConnecting ? WriteConnection::kConnecting
-                                                 : WriteConnection::kUnavailable;
+  start_wqp_connect(p);
+  return p.wqp_state == WriteQpState::kConnecting ? WriteConnection::kConnecting
+                                                  : WriteConnection::kUnavailable;
 }
 
 rendezvous::PostResult Worker::post_write(Peer& p, const rendezvous::WriteRequest& w) {
@@ -222,10 +222,10 @@ rendezvous::PostResult Worker::post_write(Peer& p, const rendezvous::WriteReques
   }
   eager::SendQueue* sq = &p.rc_sq[1];
   if (ud_mode_) {
-    if (p.wr_state != WriteQpState::kReady) {
+    if (p.wqp_state != WriteQpState::kReady) {
       return rendezvous::PostResult::kFailed;
     }
-    sq = &p.wr_sq;
+    sq = &p.wqp_sq;
   }
   ibv_sge sge{
       .addr = reinterpret_cast<std::uintptr_t>(w.local_addr), .length = w.length, .lkey = w.lkey};
@@ -286,8 +286,8 @@ void Worker::on_rndv_message(Peer& peer, const protocol::MsgHeader& h, const std
                              const std::byte* payload) {
   switch (static_cast<protocol::MsgKind>(h.kind)) {
     case protocol::MsgKind::kCts:
-      if (ud_mode_ && peer.wr_state == WriteQpState::kReady && h.aux != 0 &&
-          peer.wr_remote_qpn != h.aux) {
+      if (ud_mode_ && peer.wqp_state == WriteQpState::kReady && h.aux != 0 &&
+          peer.wqp_remote_qpn != h.aux) {
         // The receiver's write QP for us is not the one ours is connected to: it retired that
         // connection (and its close was lost or is still on its way). Reconnect rather than
         // write into nothing. aux 0 says nothing: the receiver had no write QP for us when it
@@ -298,7 +298,7 @@ void Worker::on_rndv_message(Peer& peer, const protocol::MsgHeader& h, const std
           std::fprintf(stderr, "rdmx: RC write connection to %016llx is stale: reconnecting\n",
                        static_cast<unsigned long long>(peer.uid));
         }
-        (void)retire_wr_qp(peer, false);
+        (void)retire_wqp(peer, false);
       }
       rndv_->on_cts(peer.index, protocol::load_wire<protocol::CtsBody>(body));
       return;
@@ -316,13 +316,13 @@ void Worker::on_rndv_message(Peer& peer, const protocol::MsgHeader& h, const std
 
 // --- UD: on-demand RC connections for writes ---------------------------------------------------
 
-bool Worker::wr_busy(std::uint32_t i) const noexcept {
+bool Worker::wqp_busy(std::uint32_t i) const noexcept {
   const Peer& p = *peers_[i];
-  return rndv_->active_with(i) != 0 || p.wr_state == WriteQpState::kConnecting ||
-         p.wr_sq.outstanding() != 0;
+  return rndv_->active_with(i) != 0 || p.wqp_state == WriteQpState::kConnecting ||
+         p.wqp_sq.outstanding() != 0;
 }
 
-bool Worker::create_wr_qp(Peer& p) {
+bool Worker::create_wqp(Peer& p) {
   try {
     auto qp = std::make_unique<verbs::QueuePair>(
         verbs::QueuePair::create(*pd_, verbs::QpConfig{.type = IBV_QPT_RC,
@@ -340,9 +340,9 @@ bool Worker::create_wr_qp(Peer& p) {
                           .pkey_index = 0,
                           .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
     std::random_device rd;
-    p.wr_psn = rd() & 0xffffff;
-    p.wr_sq = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery);
-    p.wr_qp = std::move(qp);
+    p.wqp_psn = rd() & 0xffffff;
+    p.wqp_sq = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery);
+    p.write_qp = std::move(qp);
     return true;
   } catch (const verbs::Error& e) {
     std::fprintf(stderr, "rdmx: RC write connection to %016llx: %s\n",
@@ -351,166 +351,166 @@ bool Worker::create_wr_qp(Peer& p) {
   }
 }
 
-bool Worker::connect_wr_qp(Peer& p, std::uint32_t remote_qpn, std::uint32_t remote_psn) {
+bool Worker::connect_wqp(Peer& p, std::uint32_t remote_qpn, std::uint32_t remote_psn) {
   verbs::RemoteQp remote;
   std::memcpy(remote.gid.raw, p.address.gid.data(), 16);
   remote.lid = p.address.lid;
   remote.qpn = remote_qpn;
   remote.psn = remote_psn;
   try {
-    p.wr_qp->to_rtr(verbs::RcRtrAttr{.remote = remote,
-                                     .path_mtu = p.path_mtu,
-                                     .sgid_index = static_cast<std::uint8_t>(gid_index_),
-                                     .min_rnr_timer = 1,
-                                     .max_dest_rd_atomic = 1,
-                                     .port_num = port_});
-    p.wr_qp->to_rts(verbs::RcRtsAttr{
-        .sq_psn = p.wr_psn, .timeout = 15, .retry_cnt = 7, .max_rd_atomic = 1, .rnr_retry = 7});
+    p.write_qp->to_rtr(verbs::RcRtrAttr{.remote = remote,
+                                        .path_mtu = p.path_mtu,
+                                        .sgid_index = static_cast<std::uint8_t>(gid_index_),
+                                        .min_rnr_timer = 1,
+                                        .max_dest_rd_atomic = 1,
+                                        .port_num = port_});
+    p.write_qp->to_rts(verbs::RcRtsAttr{
+        .sq_psn = p.wqp_psn, .timeout = 15, .retry_cnt = 7, .max_rd_atomic = 1, .rnr_retry = 7});
   } catch (const verbs::Error& e) {
     std::fprintf(stderr, "rdmx: RC write connection to %016llx: %s\n",
                  static_cast<unsigned long long>(p.uid), e.what());
     return false;
   }
-  p.wr_remote_qpn = remote_qpn;
-  p.wr_state = WriteQpState::kReady;
+  p.wqp_remote_qpn = remote_qpn;
+  p.wqp_state = WriteQpState::kReady;
   ++stat_rc_connects_;
   if (config_.verbose >= 2) {
     std::fprintf(stderr, "rdmx: RC write connection to %016llx up (QP %u -> %u)\n",
-                 static_cast<unsigned long long>(p.uid), p.wr_qp->qp_num(), remote_qpn);
+                 static_cast<unsigned long long>(p.uid), p.write_qp->qp_num(), remote_qpn);
   }
   return true;
 }
 
-void Worker::start_wr_connect(Peer& p) {
-  if (!create_wr_qp(p)) {
+void Worker::start_wqp_connect(Peer& p) {
+  if (!create_wqp(p)) {
     return;
   }
-  p.wr_state = WriteQpState::kConnecting;
-  wr_lru_->insert(p.index);
+  p.wqp_state = WriteQpState::kConnecting;
+  wqp_lru_->insert(p.index);
   const std::uint64_t now = now_us();
-  p.wr_start_us = now;
-  p.wr_rto_us = kWrConnectRtoUs;
-  p.wr_next_us = now + p.wr_rto_us;
-  (void)send_wr_ctrl(p, kOpWrRequest, p.wr_qp->qp_num(), p.wr_psn);
-  if (!p.wr_listed) {
-    p.wr_listed = true;
-    wr_connect_list_.push_back(&p);
+  p.wqp_start_us = now;
+  p.wqp_rto_us = kWrConnectRtoUs;
+  p.wqp_next_us = now + p.wqp_rto_us;
+  (void)send_wqp_ctrl(p, kOpWrRequest, p.write_qp->qp_num(), p.wqp_psn);
+  if (!p.wqp_listed) {
+    p.wqp_listed = true;
+    wqp_connect_list_.push_back(&p);
   }
-  if (next_wr_timer_us_ == 0 || p.wr_next_us < next_wr_timer_us_) {
-    next_wr_timer_us_ = p.wr_next_us;
+  if (next_wqp_timer_us_ == 0 || p.wqp_next_us < next_wqp_timer_us_) {
+    next_wqp_timer_us_ = p.wqp_next_us;
   }
 }
 
-void Worker::wr_connect_failed(Peer& p, const char* why) {
+void Worker::wqp_connect_failed(Peer& p, const char* why) {
   if (config_.verbose >= 1) {
     std::fprintf(stderr, "rdmx: no RC write connection to %016llx (%s): copy path\n",
                  static_cast<unsigned long long>(p.uid), why);
   }
-  if (p.wr_qp) {
-    p.wr_sq.close();
-    wr_retired_.push_back(std::move(p.wr_qp));
+  if (p.write_qp) {
+    p.wqp_sq.close();
+    wqp_retired_.push_back(std::move(p.write_qp));
   }
-  p.wr_sq = eager::SendQueue();
-  p.wr_state = WriteQpState::kNone;
-  p.wr_remote_qpn = 0;
-  wr_lru_->remove(p.index);
+  p.wqp_sq = eager::SendQueue();
+  p.wqp_state = WriteQpState::kNone;
+  p.wqp_remote_qpn = 0;
+  wqp_lru_->remove(p.index);
   rndv_->on_connection_failed(p.index);
 }
 
-bool Worker::retire_wr_qp(Peer& p, bool tell_peer) {
-  if (p.wr_qp && p.wr_sq.outstanding() != 0) {
+bool Worker::retire_wqp(Peer& p, bool tell_peer) {
+  if (p.write_qp && p.wqp_sq.outstanding() != 0) {
     return false;  // writes still to come back; retried by the last of them
   }
-  if (p.wr_qp) {
-    if (tell_peer && p.wr_state == WriteQpState::kReady) {
-      (void)send_wr_ctrl(p, kOpWrClose, p.wr_qp->qp_num(), 0);
+  if (p.write_qp) {
+    if (tell_peer && p.wqp_state == WriteQpState::kReady) {
+      (void)send_wqp_ctrl(p, kOpWrClose, p.write_qp->qp_num(), 0);
     }
-    p.wr_sq.close();
-    wr_retired_.push_back(std::move(p.wr_qp));
+    p.wqp_sq.close();
+    wqp_retired_.push_back(std::move(p.write_qp));
     ++stat_rc_retired_;
     if (config_.verbose >= 2) {
       std::fprintf(stderr, "rdmx: RC write connection to %016llx retired\n",
                    static_cast<unsigned long long>(p.uid));
     }
   }
-  p.wr_sq = eager::SendQueue();
-  p.wr_state = WriteQpState::kNone;
-  p.wr_remote_qpn = 0;
-  if (wr_lru_) {
-    wr_lru_->remove(p.index);
+  p.wqp_sq = eager::SendQueue();
+  p.wqp_state = WriteQpState::kNone;
+  p.wqp_remote_qpn = 0;
+  if (wqp_lru_) {
+    wqp_lru_->remove(p.index);
   }
   return true;
 }
 
-void Worker::on_wr_ctrl(Peer& p, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
-                        std::uint32_t for_qpn) {
-  auto refuse = [&] { (void)send_wr_ctrl(p, kOpWrReply, 0, 0, qpn); };
-  auto accept = [&] { (void)send_wr_ctrl(p, kOpWrReply, p.wr_qp->qp_num(), p.wr_psn, qpn); };
+void Worker::on_wqp_ctrl(Peer& p, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                         std::uint32_t for_qpn) {
+  auto refuse = [&] { (void)send_wqp_ctrl(p, kOpWrReply, 0, 0, qpn); };
+  auto accept = [&] { (void)send_wqp_ctrl(p, kOpWrReply, p.write_qp->qp_num(), p.wqp_psn, qpn); };
   switch (op) {
     case kOpWrRequest: {
       if (qpn == 0) {
         return;
       }
-      if (p.wr_state == WriteQpState::kReady) {
-        if (p.wr_remote_qpn == qpn) {
+      if (p.wqp_state == WriteQpState::kReady) {
+        if (p.wqp_remote_qpn == qpn) {
           accept();  // a repeat
           return;
         }
         // Ours points at a QP of theirs that they have retired.
-        if (!retire_wr_qp(p, false)) {
+        if (!retire_wqp(p, false)) {
           refuse();
           return;
         }
       }
-      if (p.wr_state == WriteQpState::kConnecting) {
+      if (p.wqp_state == WriteQpState::kConnecting) {
         // Both sides connect at once: connect ours to theirs; they do the same with ours.
-        if (!connect_wr_qp(p, qpn, psn)) {
+        if (!connect_wqp(p, qpn, psn)) {
           refuse();
-          wr_connect_failed(p, "cannot connect the QP");
+          wqp_connect_failed(p, "cannot connect the QP");
           return;
         }
         accept();
         rndv_->on_connection_ready(p.index);
         return;
       }
-      const auto d = wr_lru_->admit(p.index, [this](std::uint32_t i) { return wr_busy(i); });
+      const auto d = wqp_lru_->admit(p.index, [this](std::uint32_t i) { return wqp_busy(i); });
       if (d.admit == rendezvous::RcLru::Admit::kFull ||
-          (d.admit == rendezvous::RcLru::Admit::kEvict && !retire_wr_qp(*peers_[d.victim], true))) {
+          (d.admit == rendezvous::RcLru::Admit::kEvict && !retire_wqp(*peers_[d.victim], true))) {
         refuse();  // the requester copies instead
         return;
       }
-      if (!create_wr_qp(p)) {
+      if (!create_wqp(p)) {
         refuse();
         return;
       }
-      if (!connect_wr_qp(p, qpn, psn)) {
-        p.wr_sq.close();
-        wr_retired_.push_back(std::move(p.wr_qp));
-        p.wr_sq = eager::SendQueue();
+      if (!connect_wqp(p, qpn, psn)) {
+        p.wqp_sq.close();
+        wqp_retired_.push_back(std::move(p.write_qp));
+        p.wqp_sq = eager::SendQueue();
         refuse();
         return;
       }
-      wr_lru_->insert(p.index);
+      wqp_lru_->insert(p.index);
       accept();
       return;
     }
     case kOpWrReply:
-      if (p.wr_state != WriteQpState::kConnecting || p.wr_qp->qp_num() != for_qpn) {
+      if (p.wqp_state != WriteQpState::kConnecting || p.write_qp->qp_num() != for_qpn) {
         return;  // a repeat, or an answer to a request (a QP) given up since
       }
       if (qpn == 0) {
-        wr_connect_failed(p, "the peer refused: it is at its RC connection cap");
+        wqp_connect_failed(p, "the peer refused: it is at its RC connection cap");
         return;
       }
-      if (!connect_wr_qp(p, qpn, psn)) {
-        wr_connect_failed(p, "cannot connect the QP");
+      if (!connect_wqp(p, qpn, psn)) {
+        wqp_connect_failed(p, "cannot connect the QP");
         return;
       }
       rndv_->on_connection_ready(p.index);
       return;
     case kOpWrClose:
-      if (p.wr_state == WriteQpState::kReady && p.wr_remote_qpn == qpn) {
-        (void)retire_wr_qp(p, false);
+      if (p.wqp_state == WriteQpState::kReady && p.wqp_remote_qpn == qpn) {
+        (void)retire_wqp(p, false);
       }
       return;
     default:
@@ -518,33 +518,33 @@ void Worker::on_wr_ctrl(Peer& p, std::uint8_t op, std::uint32_t qpn, std::uint32
   }
 }
 
-void Worker::run_wr_timers(std::uint64_t now) {
-  if (next_wr_timer_us_ != 0 && now < next_wr_timer_us_) {
+void Worker::run_wqp_timers(std::uint64_t now) {
+  if (next_wqp_timer_us_ != 0 && now < next_wqp_timer_us_) {
     return;
   }
   std::uint64_t next = 0;
   std::size_t keep = 0;
-  for (std::size_t i = 0; i < wr_connect_list_.size(); ++i) {
-    Peer& p = *wr_connect_list_[i];
-    if (p.wr_state != WriteQpState::kConnecting) {
-      p.wr_listed = false;
+  for (std::size_t i = 0; i < wqp_connect_list_.size(); ++i) {
+    Peer& p = *wqp_connect_list_[i];
+    if (p.wqp_state != WriteQpState::kConnecting) {
+      p.wqp_listed = false;
       continue;
     }
-    if (now - p.wr_start_us >= std::uint64_t{config_.peer_timeout_ms} * 1000) {
-      p.wr_listed = false;
-      wr_connect_failed(p, "no answer");
+    if (now - p.wqp_start_us >= std::uint64_t{config_.peer_timeout_ms} * 1000) {
+      p.wqp_listed = false;
+      wqp_connect_failed(p, "no answer");
       continue;
     }
-    if (now >= p.wr_next_us) {
-      (void)send_wr_ctrl(p, kOpWrRequest, p.wr_qp->qp_num(), p.wr_psn);
-      p.wr_rto_us = std::min(p.wr_rto_us * 2, kWrConnectRtoMaxUs);
-      p.wr_next_us = now + p.wr_rto_us;
+    if (now >= p.wqp_next_us) {
+      (void)send_wqp_ctrl(p, kOpWrRequest, p.write_qp->qp_num(), p.wqp_psn);
+      p.wqp_rto_us = std::min(p.wqp_rto_us * 2, kWrConnectRtoMaxUs);
+      p.wqp_next_us = now + p.wqp_rto_us;
     }
-    next = next == 0 ? p.wr_next_us : std::min(next, p.wr_next_us);
-    wr_connect_list_[keep++] = &p;
+    next = next == 0 ? p.wqp_next_us : std::min(next, p.wqp_next_us);
+    wqp_connect_list_[keep++] = &p;
   }
-  wr_connect_list_.resize(keep);
-  next_wr_timer_us_ = next;
+  wqp_connect_list_.resize(keep);
+  next_wqp_timer_us_ = next;
 }
 
 void Worker::destroy_retired_qps() {
@@ -552,9 +552,9 @@ void Worker::destroy_retired_qps() {
   // on them is outstanding), and rxe never raises LAST_WQE_REACHED. Completions of other QPs
   // seen while draining go their normal way.
   const auto on_wc = [this](const ibv_wc& wc) { on_drain_completion(wc); };
-  while (!wr_retired_.empty()) {
+  while (!wqp_retired_.empty()) {
     std::vector<std::unique_ptr<verbs::QueuePair>> batch;
-    batch.swap(wr_retired_);
+    batch.swap(wqp_retired_);
     for (auto& qp : batch) {
       verbs::TeardownOptions opt;
       opt.events = &*events_;

@@ -313,8 +313,8 @@ bool Worker::send_connect(Peer& peer, std::uint8_t op) {
   return post_ctrl(peer, h, &body, sizeof(body));
 }
 
-bool Worker::send_wr_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
-                          std::uint32_t for_qpn) {
+bool Worker::send_wqp_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                           std::uint32_t for_qpn) {
   ConnectBody body{};
   body.op = op;
   body.transport = static_cast<std::uint8_t>(RDMX_TRANSPORT_UD);
@@ -406,7 +406,7 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
     Peer* p = find_peer(from.uid);
     if (ud_mode_ && p != nullptr && p->state == PeerState::kConnected &&
         p->address.instance == from.instance) {
-      on_wr_ctrl(*p, body.op, body.rc_qpn[0], body.rc_psn[0], body.rc_qpn[1]);
+      on_wqp_ctrl(*p, body.op, body.rc_qpn[0], body.rc_psn[0], body.rc_qpn[1]);
     }
     return;
   }

@@ -445,8 +445,8 @@ void Worker::teardown() noexcept {
         qps.emplace_back(p->rc_qp[c].get(), &p->rc_sq[c]);
       }
     }
-    if (p->wr_qp) {
-      qps.emplace_back(p->wr_qp.get(), &p->wr_sq);
+    if (p->write_qp) {
+      qps.emplace_back(p->write_qp.get(), &p->wqp_sq);
     }
   }
   for (int c = 0; c < kNumClasses; ++c) {
@@ -522,7 +522,7 @@ void Worker::teardown() noexcept {
   }
   for (auto& p : peers_) {
     p->rc_qp = {};
-    p->wr_qp.reset();
+    p->write_qp.reset();
   }
   ud_qp_ = {};
   ctrl_qp_.reset();
@@ -571,7 +571,7 @@ void Worker::teardown() noexcept {
       ++report.destroy_errors;
     }
   }
-  const WrAccount acc = wr_account();
+  const WrAccount acc = wqp_account();
   report.wr_ids = debug::WrIds{.recv_posted = acc.recv_posted,
                                .recv_completed = acc.recv_completed,
                                .recv_reclaimed = acc.recv_reclaimed,
@@ -614,7 +614,7 @@ void Worker::teardown() noexcept {
   g_last_report = report;
 }
 
-WrAccount Worker::wr_account() const {
+WrAccount Worker::wqp_account() const {
   WrAccount a;
   for (const auto& pool : pools_) {
     if (pool) {
@@ -672,8 +672,8 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_reg_misses = r.misses;
   }
   for (const auto& p : peers_) {
-    s.rc_connections += p->wr_state != WriteQpState::kNone ? 1 : 0;
-    s.num_qps += p->wr_qp ? 1 : 0;
+    s.rc_connections += p->wqp_state != WriteQpState::kNone ? 1 : 0;
+    s.num_qps += p->write_qp ? 1 : 0;
   }
   s.rc_connects = stat_rc_connects_;
   s.rc_retired = stat_rc_retired_;
@@ -780,7 +780,7 @@ void dump(const rdmx_worker_t* worker) {
 }
 
 WrIds wr_ids(const rdmx_worker_t* worker) {
-  const WrAccount a = worker->impl->wr_account();
+  const WrAccount a = worker->impl->wqp_account();
   return WrIds{.recv_posted = a.recv_posted,
                .recv_completed = a.recv_completed,
                .recv_reclaimed = a.recv_reclaimed,

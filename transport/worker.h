@@ -195,7 +195,7 @@ class Worker {
   int poll(std::uint32_t max_polls, std::uint64_t spin_gap_us);  // rdmx_worker_poll
   void idle(int events, std::uint64_t yield_after_us) noexcept;  // rdmx_worker_idle
   void stats(rdmx_stats_t* out) const;
-  WrAccount wr_account() const;
+  WrAccount wqp_account() const;
   void dump() const;
   std::vector<debug::RcReadLimits> rc_read_limits(std::uint64_t peer_uid) const;
 
@@ -368,18 +368,18 @@ class Worker {
   rendezvous::PostResult post_write(Peer& peer, const rendezvous::WriteRequest& write);
   rendezvous::PostResult post_read(Peer& peer, const rendezvous::ReadRequest& read);
   // UD: on-demand RC connections for writes.
-  void start_wr_connect(Peer& peer);
-  bool create_wr_qp(Peer& peer);
-  bool connect_wr_qp(Peer& peer, std::uint32_t remote_qpn, std::uint32_t remote_psn);
-  bool send_wr_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
-                    std::uint32_t for_qpn = 0);
-  void on_wr_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
-                  std::uint32_t for_qpn);
-  void wr_connect_failed(Peer& peer, const char* why);
+  void start_wqp_connect(Peer& peer);
+  bool create_wqp(Peer& peer);
+  bool connect_wqp(Peer& peer, std::uint32_t remote_qpn, std::uint32_t remote_psn);
+  bool send_wqp_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                     std::uint32_t for_qpn = 0);
+  void on_wqp_ctrl(Peer& peer, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
+                   std::uint32_t for_qpn);
+  void wqp_connect_failed(Peer& peer, const char* why);
   // Takes the peer's write QP out of service (destroyed from progress()); false while busy.
-  bool retire_wr_qp(Peer& peer, bool tell_peer);
-  bool wr_busy(std::uint32_t peer_index) const noexcept;
-  void run_wr_timers(std::uint64_t now_us);
+  bool retire_wqp(Peer& peer, bool tell_peer);
+  bool wqp_busy(std::uint32_t peer_index) const noexcept;
+  void run_wqp_timers(std::uint64_t now_us);
   void destroy_retired_qps();
 
   // --- requests
@@ -429,11 +429,11 @@ class Worker {
   std::unique_ptr<rendezvous::RegCache> rcache_;
   std::unique_ptr<rendezvous::Transport> rndv_hooks_;  // a RndvHooks
   std::unique_ptr<rendezvous::Engine> rndv_;
-  std::unique_ptr<rendezvous::RcLru> wr_lru_;
-  std::vector<Peer*> wr_connect_list_;
-  std::uint64_t next_wr_timer_us_ = 0;
+  std::unique_ptr<rendezvous::RcLru> wqp_lru_;
+  std::vector<Peer*> wqp_connect_list_;
+  std::uint64_t next_wqp_timer_us_ = 0;
   // Write QPs taken out of service, destroyed from progress() (never from inside a hook).
-  std::vector<std::unique_ptr<verbs::QueuePair>> wr_retired_;
+  std::vector<std::unique_ptr<verbs::QueuePair>> wqp_retired_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<std::uint64_t, std::uint32_t> peer_by_uid_;
   std::vector<Peer*> ring_peers_;  // peers we gave a ring (ring i of the slab), polled by progress
