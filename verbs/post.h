@@ -9,8 +9,10 @@
 // A WR failing the check is treated exactly like a WR the verb refused: the WRs before it are
 // posted, it and the rest are not, and it is reported as bad_wr.
 //
-// These helpers walk the chain once; the datapath may still call the raw verbs on get() handles
-// when it builds chains that are correct by construction.
+// Who uses them: the tests and any caller handing the verbs a chain it did not build itself.
+// The datapath does not: eager::SendQueue and eager::SrqPool post WRs whose SGE counts and
+// lengths are fixed when the queues are set up (correct by construction), with the raw verbs
+// on get() handles and the same bad_wr accounting, so no message pays for a walk of its chain.
 #pragma once
 
 #include <infiniband/verbs.h>
