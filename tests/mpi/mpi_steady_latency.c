@@ -14,8 +14,13 @@
  * is itself stopped for over 1 ms two or three times a second (the guest's timer ticks and the
  * host's scheduling of the vCPUs, tests/mpi/CMakeLists.txt), so CI passes looser limits there.
  * RDMX_STEADY_ITERS overrides -n, RDMX_STEADY_REPORT=0 prints only failures, RDMX_STEADY_HIST
- * prints each initiator's round trips in power-of-two buckets.
+ * prints each initiator's round trips in power-of-two buckets for every size.
+ * A failing size says what it can about why: each initiator's histogram (a raised median is
+ * every round trip waiting; clusters at 4 ms, 100 ms or 0.5 s are a scheduler tick, rdmx's RC
+ * watchdog or rxe's retransmit timer) and, from rank 0, the RDMA device counters that moved
+ * during the size (/sys/class/infiniband/.../hw_counters: packets per round trip, retries, RNR).
  */
+#include <dirent.h>
 #include <time.h>
 
 #include "mpi_test.h"
@@ -73,6 +78,67 @@ static void print_histogram(int rank, int size, const double* sorted, int n) {
     edge *= 2.0;
   }
   printf("\n");
+  fflush(stdout);
+}
+
+/* The device counters (rxe's hw_counters), as "device/counter" and value. */
+#define MAX_COUNTERS 256
+typedef struct {
+  char name[96];
+  unsigned long long value;
+} counter_t;
+
+static int read_counters(counter_t* c) {
+  const char* top = "/sys/class/infiniband";
+  DIR* devs = opendir(top);
+  struct dirent* d;
+  int n = 0;
+  if (devs == NULL) {
+    return 0;
+  }
+  while ((d = readdir(devs)) != NULL && n < MAX_COUNTERS) {
+    char path[512];
+    DIR* hc;
+    struct dirent* e;
+    if (d->d_name[0] == '.') {
+      continue;
+    }
+    snprintf(path, sizeof(path), "%s/%s/ports/1/hw_counters", top, d->d_name);
+    if ((hc = opendir(path)) == NULL) {
+      continue;
+    }
+    while ((e = readdir(hc)) != NULL && n < MAX_COUNTERS) {
+      char file[800];
+      FILE* f;
+      if (e->d_name[0] == '.') {
+        continue;
+      }
+      snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+      if ((f = fopen(file, "r")) != NULL) {
+        if (fscanf(f, "%llu", &c[n].value) == 1) {
+          snprintf(c[n].name, sizeof(c[n].name), "%.40s/%.50s", d->d_name, e->d_name);
+          ++n;
+        }
+        fclose(f);
+      }
+    }
+    closedir(hc);
+  }
+  closedir(devs);
+  return n;
+}
+
+/* The counters that moved between two readings (same order: same directories). */
+static void print_counter_deltas(const counter_t* a, int na, const counter_t* b, int nb,
+                                 int round_trips) {
+  int i;
+  printf("  device counters that moved over %d round trips (and the warm-up):", round_trips);
+  for (i = 0; i < na && i < nb; ++i) {
+    if (strcmp(a[i].name, b[i].name) == 0 && b[i].value != a[i].value) {
+      printf(" %s +%llu", b[i].name, b[i].value - a[i].value);
+    }
+  }
+  printf("%s\n", na == 0 ? " (none readable)" : "");
   fflush(stdout);
 }
 
@@ -139,7 +205,11 @@ int main(int argc, char** argv) {
   for (s = 0; s < nsizes; ++s) {
     const int size = sizes[s];
     double sum = 0.0, row[7], worst[7];
-    int over = 0, max_at = 0;
+    int over = 0, max_at = 0, bad_any = 0, n0 = 0, n1 = 0;
+    static counter_t before[MAX_COUNTERS], after[MAX_COUNTERS];
+    if (t_rank == 0) {
+      n0 = read_counters(before);
+    }
     t_phase("barrier before a size");
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     t_phase("ping-pong");
@@ -179,12 +249,18 @@ int main(int argc, char** argv) {
       }
       row[5] = over;
       row[6] = over > stalls * iters || row[2] > p99_x * row[1];
-      if (hist) {
-        print_histogram(t_rank, size, rtt, iters);
-      }
     }
     /* Each figure's maximum over the pairs, and whether any pair failed. */
     CHECK_MPI(MPI_Reduce(row, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+    bad_any = t_rank == 0 && worst[6] > 0.0;
+    CHECK_MPI(MPI_Bcast(&bad_any, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (initiator && (hist || bad_any)) {
+      print_histogram(t_rank, size, rtt, iters);
+    }
+    if (t_rank == 0 && bad_any) {
+      n1 = read_counters(after);
+      print_counter_deltas(before, n0, after, n1, iters);
+    }
     if (t_rank == 0) {
       const int bad = worst[6] > 0.0;
       if (report || bad) {
