@@ -11,8 +11,9 @@
 //       adapter answers it even while the process computes or sleeps; the RC watchdog fails the
 //       peer if it has not completed within T (rxe on 6.1 never reports retry exhaustion for a
 //       killed peer). One probe per idle peer every T / kLiveProbeDiv while something waits.
-//   UD: a kConnect{kOpPing} over the control QP, repeated every T / kLiveProbeDiv; the peer's
-//       progress answers kOpPong. Unanswered for kUdPingBoundFactor x T (and at least
+//   UD: a kConnect{connect_op::kPing} over the control QP, repeated every T / kLiveProbeDiv; the
+//   peer's
+//       progress answers connect_op::kPong. Unanswered for kUdPingBoundFactor x T (and at least
 //       kLiveProbeDiv pings, so that a pause of our own does not count): dead. A live UD peer
 //       must call progress at least once in that time while someone waits on it (60 s by
 //       default): more generous than UD's send timeout (T without an ack).
@@ -76,7 +77,7 @@ void Worker::run_liveness(std::uint64_t now) {
       continue;
     }
     if ((p.ping_first_us == 0 || now - p.ping_last_us >= quiet_us) &&
-        send_wqp_ctrl(p, kOpPing, 0, 0)) {
+        send_wqp_ctrl(p, connect_op::kPing, 0, 0)) {
       if (p.ping_first_us == 0) {
         p.ping_first_us = now;
       }
@@ -87,8 +88,8 @@ void Worker::run_liveness(std::uint64_t now) {
 }
 
 void Worker::on_ping(Peer& peer, std::uint8_t op) {
-  if (op == kOpPing) {
-    (void)send_wqp_ctrl(peer, kOpPong, 0, 0);  // a lost pong: the next ping asks again
+  if (op == connect_op::kPing) {
+    (void)send_wqp_ctrl(peer, connect_op::kPong, 0, 0);  // a lost pong: the next ping asks again
   } else {
     ++peer.pongs;  // moves the peer's liveness mark
   }

@@ -581,9 +581,10 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
       release();
       return;
     case protocol::MsgKind::kMatchAck: {
-      const std::uint32_t thread = h.aux >> 24;
-      const std::uint32_t slot = h.aux & 0xffff;
-      const auto gen = static_cast<std::uint8_t>((h.aux >> 16) & 0xff);
+      const protocol::SyncCookie c = protocol::decode_sync_cookie(h.aux);
+      const std::uint32_t thread = c.thread;
+      const std::uint32_t slot = c.slot;
+      const std::uint8_t gen = c.generation;
       if (thread < threads_.size() && slot < threads_[thread].sync.size()) {
         ThreadCtx& tc = threads_[thread];
         SyncSlot& s = tc.sync[slot];

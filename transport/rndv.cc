@@ -6,13 +6,13 @@
 //   RC: the peer's large-class QP (rc_qp[1]), so that small messages on rc_qp[0] never queue
 //       behind megabytes of writes; the write-with-imm consumes one receive of the large SRQ.
 //   UD: a third kind of QP, an RC QP per peer made on demand over the control QP when the first
-//       large message to that peer needs it (kOpWrRequest/kOpWrReply), attached to the small
-//       class's SRQ. At most max_rc_peers of them (RDMX_MAX_RC_PEERS); when another is needed
-//       the least recently used idle one is retired (kOpWrClose, best effort). When every one is
-//       busy, or the peer refuses (it is at its own cap), the transfer takes the copy path.
-//       Every CTS carries (header aux) the QPN of the receiver's write QP (0: none yet), so a
-//       sender whose QP points at another QP of the receiver (it retired ours, its close was
-//       lost) notices and reconnects instead of writing into nothing.
+//       large message to that peer needs it (connect_op::kWqpRequest/connect_op::kWqpReply),
+//       attached to the small class's SRQ. At most max_rc_peers of them (RDMX_MAX_RC_PEERS); when
+//       another is needed the least recently used idle one is retired (connect_op::kWqpClose, best
+//       effort). When every one is busy, or the peer refuses (it is at its own cap), the transfer
+//       takes the copy path. Every CTS carries (header aux) the QPN of the receiver's write QP (0:
+//       none yet), so a sender whose QP points at another QP of the receiver (it retired ours, its
+//       close was lost) notices and reconnects instead of writing into nothing.
 #include <random>
 
 #include "transport/worker.h"
@@ -391,7 +391,7 @@ void Worker::start_wqp_connect(Peer& p) {
   p.wqp_start_us = now;
   p.wqp_rto_us = kWrConnectRtoUs;
   p.wqp_next_us = now + p.wqp_rto_us;
-  (void)send_wqp_ctrl(p, kOpWrRequest, p.write_qp->qp_num(), p.wqp_psn);
+  (void)send_wqp_ctrl(p, connect_op::kWqpRequest, p.write_qp->qp_num(), p.wqp_psn);
   if (!p.wqp_listed) {
     p.wqp_listed = true;
     wqp_connect_list_.push_back(&p);
@@ -423,7 +423,7 @@ bool Worker::retire_wqp(Peer& p, bool tell_peer) {
   }
   if (p.write_qp) {
     if (tell_peer && p.wqp_state == WriteQpState::kReady) {
-      (void)send_wqp_ctrl(p, kOpWrClose, p.write_qp->qp_num(), 0);
+      (void)send_wqp_ctrl(p, connect_op::kWqpClose, p.write_qp->qp_num(), 0);
     }
     p.wqp_sq.close();
     wqp_retired_.push_back(std::move(p.write_qp));
@@ -444,10 +444,12 @@ bool Worker::retire_wqp(Peer& p, bool tell_peer) {
 
 void Worker::on_wqp_ctrl(Peer& p, std::uint8_t op, std::uint32_t qpn, std::uint32_t psn,
                          std::uint32_t for_qpn) {
-  auto refuse = [&] { (void)send_wqp_ctrl(p, kOpWrReply, 0, 0, qpn); };
-  auto accept = [&] { (void)send_wqp_ctrl(p, kOpWrReply, p.write_qp->qp_num(), p.wqp_psn, qpn); };
+  auto refuse = [&] { (void)send_wqp_ctrl(p, connect_op::kWqpReply, 0, 0, qpn); };
+  auto accept = [&] {
+    (void)send_wqp_ctrl(p, connect_op::kWqpReply, p.write_qp->qp_num(), p.wqp_psn, qpn);
+  };
   switch (op) {
-    case kOpWrRequest: {
+    case connect_op::kWqpRequest: {
       if (qpn == 0) {
         return;
       }
@@ -494,7 +496,7 @@ void Worker::on_wqp_ctrl(Peer& p, std::uint8_t op, std::uint32_t qpn, std::uint3
       accept();
       return;
     }
-    case kOpWrReply:
+    case connect_op::kWqpReply:
       if (p.wqp_state != WriteQpState::kConnecting || p.write_qp->qp_num() != for_qpn) {
         return;  // a repeat, or an answer to a request (a QP) given up since
       }
@@ -508,7 +510,7 @@ void Worker::on_wqp_ctrl(Peer& p, std::uint8_t op, std::uint32_t qpn, std::uint3
       }
       rndv_->on_connection_ready(p.index);
       return;
-    case kOpWrClose:
+    case connect_op::kWqpClose:
       if (p.wqp_state == WriteQpState::kReady && p.wqp_remote_qpn == qpn) {
         (void)retire_wqp(p, false);
       }
@@ -536,7 +538,7 @@ void Worker::run_wqp_timers(std::uint64_t now) {
       continue;
     }
     if (now >= p.wqp_next_us) {
-      (void)send_wqp_ctrl(p, kOpWrRequest, p.write_qp->qp_num(), p.wqp_psn);
+      (void)send_wqp_ctrl(p, connect_op::kWqpRequest, p.write_qp->qp_num(), p.wqp_psn);
       p.wqp_rto_us = std::min(p.wqp_rto_us * 2, kWrConnectRtoMaxUs);
       p.wqp_next_us = now + p.wqp_rto_us;
     }

@@ -44,11 +44,6 @@ constexpr int ud_slot_dst_class(std::uint32_t slot) {
   return static_cast<int>((slot >> 25) & 1);
 }
 
-// Sync cookie: thread | generation | slot, echoed by the receiver in kMatchAck.aux.
-constexpr std::uint32_t sync_cookie(std::uint16_t thread, std::uint8_t gen, std::uint32_t slot) {
-  return (std::uint32_t{thread} << 24) | (std::uint32_t{gen} << 16) | (slot & 0xffff);
-}
-
 }  // namespace
 
 bool Worker::header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
@@ -606,7 +601,8 @@ inline bool Worker::start_send(Peer& peer, Request* r) {
   std::uint32_t aux = 0;
   if (sync) {
     const SyncSlot& s = threads_[r->thread].sync[r->sync_slot];
-    aux = sync_cookie(r->thread, s.generation, r->sync_slot);
+    aux = protocol::encode_sync_cookie(
+        {.thread = r->thread, .generation = s.generation, .slot = r->sync_slot});
   }
   const PostResult res =
       post_message(peer, sync ? protocol::MsgKind::kEagerSync : protocol::MsgKind::kEager,

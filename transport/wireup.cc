@@ -36,21 +36,9 @@ namespace rdmx::transport {
 
 namespace {
 
-constexpr std::uint8_t kOpRequest = 1;
-constexpr std::uint8_t kOpReply = 2;
-
-// kConnect payload. Little-endian, copied with load_wire/store_wire.
-struct ConnectBody {
-  std::uint8_t op;
-  std::uint8_t transport;
-  std::uint16_t rc_credits;       // RC: the first credit limit the sender grants the receiver
-  std::uint32_t sender_index;     // the sender's index for the receiver: src_ep to use
-  std::uint64_t target_uid;       // who this is for
-  std::uint64_t target_instance;  // which incarnation of it (0: not known yet)
-  std::uint32_t rc_qpn[kNumClasses];
-  std::uint32_t rc_psn[kNumClasses];
-  std::uint8_t address[kAddressSize];  // the sender's own address blob
-};
+using protocol::ConnectBody;
+static_assert(kNumClasses == protocol::kConnectClasses && kAddressSize == protocol::kAddressBytes,
+              "protocol/connect.h carries the address blob and a QP per size class");
 static_assert(sizeof(ConnectBody) + protocol::kHeaderSize <= kCtrlCapacity);
 
 constexpr std::uint64_t kConnectRtoUs = 2000;
@@ -222,7 +210,7 @@ void Worker::arm_connect(Peer& peer, bool send_request) {
   peer.conn_next_us = now + peer.conn_rto_us;
   peer.conn_tries = send_request ? 1 : 0;
   if (send_request) {
-    (void)send_connect(peer, kOpRequest);
+    (void)send_connect(peer, connect_op::kRequest);
   }
   if (!peer.conn_listed) {
     peer.conn_listed = true;
@@ -247,7 +235,7 @@ void Worker::run_connect_timers(std::uint64_t now) {
     }
     if (now >= p.conn_next_us) {
       ++p.conn_tries;
-      (void)send_connect(p, kOpRequest);
+      (void)send_connect(p, connect_op::kRequest);
       p.conn_rto_us = std::min(p.conn_rto_us * 2, kConnectRtoMaxUs);
       p.conn_next_us = now + p.conn_rto_us;
     }
@@ -395,14 +383,15 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
       (body.target_instance != 0 && body.target_instance != instance_)) {
     return;  // not for this worker (or for an earlier incarnation of it)
   }
-  if (body.op == kOpPing || body.op == kOpPong) {
+  if (body.op == connect_op::kPing || body.op == connect_op::kPong) {
     Peer* p = find_peer(from.uid);
     if (p != nullptr && p->state == PeerState::kConnected && p->address.instance == from.instance) {
       on_ping(*p, body.op);  // liveness.cc
     }
     return;
   }
-  if (body.op == kOpWrRequest || body.op == kOpWrReply || body.op == kOpWrClose) {
+  if (body.op == connect_op::kWqpRequest || body.op == connect_op::kWqpReply ||
+      body.op == connect_op::kWqpClose) {
     Peer* p = find_peer(from.uid);
     if (ud_mode_ && p != nullptr && p->state == PeerState::kConnected &&
         p->address.instance == from.instance) {
@@ -410,20 +399,20 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
     }
     return;
   }
-  if (body.op != kOpRequest && body.op != kOpReply) {
+  if (body.op != connect_op::kRequest && body.op != connect_op::kReply) {
     return;
   }
   Peer* p = find_peer(from.uid);
   if (p == nullptr) {
-    if (body.op == kOpReply) {
+    if (body.op == connect_op::kReply) {
       return;  // a reply for a connection this worker does not know
     }
     p = &add_peer(from.uid);  // an implicit endpoint for the requester
   }
   if (p->state == PeerState::kFailed || p->state == PeerState::kConnected) {
-    if (p->state == PeerState::kConnected && body.op == kOpRequest &&
+    if (p->state == PeerState::kConnected && body.op == connect_op::kRequest &&
         p->address.instance == from.instance) {
-      (void)send_connect(*p, kOpReply);  // our reply was lost: answer again (idempotent)
+      (void)send_connect(*p, connect_op::kReply);  // our reply was lost: answer again (idempotent)
     }
     return;
   }
@@ -465,10 +454,10 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
   }
   p->remote_index = body.sender_index;
   on_rc_credits(*p, body.rc_credits);
-  if (body.op == kOpRequest || just_connected) {
-    (void)send_connect(*p, kOpReply);
+  if (body.op == connect_op::kRequest || just_connected) {
+    (void)send_connect(*p, connect_op::kReply);
   }
-  if (body.op == kOpReply) {
+  if (body.op == connect_op::kReply) {
     p->peer_ready = true;
   }
   if (p->peer_ready) {

@@ -25,6 +25,8 @@
 #include "eager/send_pool.h"
 #include "eager/send_queue.h"
 #include "eager/srq_pool.h"
+#include "protocol/connect.h"
+#include "protocol/sync_cookie.h"
 #include "protocol/tag_match.h"
 #include "protocol/wire.h"
 #include "rdmx/rdmx.h"
@@ -50,15 +52,8 @@ struct rdmx_worker {
 
 namespace rdmx::transport {
 
-// kConnect operations for UD mode's on-demand RC write connections (wireup.cc, rndv.cc); 1 and
-// 2 are the endpoint handshake's REQUEST and REPLY.
-inline constexpr std::uint8_t kOpWrRequest = 3;  // qpn/psn: the requester's write QP
-inline constexpr std::uint8_t kOpWrReply = 4;    // qpn/psn: the responder's (qpn 0: refused);
-                                                 // for: the requester's QP it answers
-inline constexpr std::uint8_t kOpWrClose = 5;    // qpn: the sender's QP, now retired
-// UD liveness (liveness.cc): "are you there?" and its answer, from the peer's progress.
-inline constexpr std::uint8_t kOpPing = 6;
-inline constexpr std::uint8_t kOpPong = 7;
+// kConnect operations (protocol/connect.h).
+namespace connect_op = protocol::connect_op;
 
 // Pools by id (the id is in the wr_id slot of every receive).
 inline constexpr std::uint8_t kPoolSmall = 0;
@@ -120,7 +115,7 @@ static_assert(kSignalEvery < kRcSendDepth && kRcSendDepth <= kSendDescs);
 static_assert(kUdWindow <= kSendDescs && kUdWindow <= protocol::kMaxSeqWindow);
 static_assert(kRcOrderWindow <= protocol::kMaxSeqWindow);
 static_assert(kRcMaxCredits <= kRcOrderWindow, "credits never exceed what the receiver can hold");
-static_assert(kSyncSlots <= 0x10000, "sync cookie: 16-bit slot");
+static_assert(kSyncSlots <= protocol::kSyncCookieSlots, "sync cookie: its slot field");
 
 // A message removed from the receive path before its receive was posted (unexpected) or before
 // its turn (early in sequence). Its bytes stay in the receive buffer when the pool can spare it,
@@ -282,7 +277,8 @@ class Worker {
   // --- liveness of quiet peers and failure reporting (liveness.cc)
   void run_watchdogs(std::uint64_t now_us);  // every kWatchdogPeriodUs, from progress
   void run_liveness(std::uint64_t now_us);
-  void on_ping(Peer& peer, std::uint8_t op);  // UD: kOpPing / kOpPong from the control QP
+  void on_ping(Peer& peer, std::uint8_t op);  // UD: protocol::connect_op::kPing /
+                                              // protocol::connect_op::kPong from the control QP
   std::size_t fail_posted_recvs(Peer& peer, int code);
   void notify_peer_failures();
 
