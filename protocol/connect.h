@@ -11,7 +11,7 @@
 //   24 |        rc_qpn[0]            |        rc_qpn[1]          |
 //   32 |        rc_psn[0]            |        rc_psn[1]          |
 //      +-----------------------------+---------------------------+
-//   40 | address: the sender's worker address blob (transport/address.h), kAddressBytes bytes
+//   40 | address: the sender's worker address blob (address.h), kAddressSize bytes
 //  116 | reserved (4 bytes, zero: the struct's 8-byte alignment made them part of the body)
 //  120 end
 //
@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "protocol/address.h"
+
 namespace rdmx::protocol {
 
 // What a kConnect message is.
@@ -43,9 +45,6 @@ inline constexpr std::uint8_t kPing = 6;        // UD liveness: "are you there?"
 inline constexpr std::uint8_t kPong = 7;        // its answer, from the peer's progress
 }  // namespace connect_op
 
-inline constexpr int kConnectClasses = 2;         // size classes (transport: kNumClasses)
-inline constexpr std::size_t kAddressBytes = 76;  // the address blob (transport: kAddressSize)
-
 struct ConnectBody {
   std::uint8_t op;
   std::uint8_t transport;
@@ -53,9 +52,9 @@ struct ConnectBody {
   std::uint32_t sender_index;
   std::uint64_t target_uid;
   std::uint64_t target_instance;
-  std::uint32_t rc_qpn[kConnectClasses];
-  std::uint32_t rc_psn[kConnectClasses];
-  std::uint8_t address[kAddressBytes];
+  std::uint32_t rc_qpn[kNumClasses];
+  std::uint32_t rc_psn[kNumClasses];
+  std::uint8_t address[kAddressSize];
   std::uint8_t reserved[4];
 };
 static_assert(offsetof(ConnectBody, rc_credits) == 2 && offsetof(ConnectBody, sender_index) == 4);

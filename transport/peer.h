@@ -11,16 +11,28 @@
 
 #include "eager/recv_ring.h"
 #include "eager/send_queue.h"
+#include "protocol/address.h"
 #include "protocol/batch.h"
 #include "protocol/reliability.h"
 #include "protocol/sequencer.h"
-#include "transport/address.h"
 #include "transport/order_guard.h"
 #include "transport/request.h"
 #include "verbs/ah.h"
 #include "verbs/qp.h"
 
 namespace rdmx::transport {
+
+// The worker address blob (protocol/address.h), used throughout the transport.
+using protocol::AddressBytes;
+using protocol::decode_address;
+using protocol::encode_address;
+using protocol::kAddressMagic;
+using protocol::kAddressSize;
+using protocol::kAddressVersion;
+using protocol::kCapRc;
+using protocol::kCapUd;
+using protocol::kNumClasses;
+using protocol::WorkerAddress;
 class Worker;
 struct Peer;
 }  // namespace rdmx::transport

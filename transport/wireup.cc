@@ -37,8 +37,6 @@ namespace rdmx::transport {
 namespace {
 
 using protocol::ConnectBody;
-static_assert(kNumClasses == protocol::kConnectClasses && kAddressSize == protocol::kAddressBytes,
-              "protocol/connect.h carries the address blob and a QP per size class");
 static_assert(sizeof(ConnectBody) + protocol::kHeaderSize <= kCtrlCapacity);
 
 constexpr std::uint64_t kConnectRtoUs = 2000;

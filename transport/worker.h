@@ -33,7 +33,6 @@
 #include "rendezvous/engine.h"
 #include "rendezvous/rc_lru.h"
 #include "rendezvous/reg_cache.h"
-#include "transport/address.h"
 #include "transport/clock.h"
 #include "transport/config.h"
 #include "transport/debug.h"

@@ -6,10 +6,11 @@
 #include <map>
 #include <string>
 
+#include "protocol/address.h"
 #include "rdmx/rdmx.h"
-#include "transport/address.h"
 #include "transport/config.h"
 #include "transport/order_guard.h"
+#include "transport/peer.h"
 
 namespace rdmx::transport {
 namespace {

@@ -1,10 +1,10 @@
-#include "transport/address.h"
+#include "protocol/address.h"
 
 #include <cstring>
 
 #include "rdmx/rdmx.h"
 
-namespace rdmx::transport {
+namespace rdmx::protocol {
 
 namespace {
 
@@ -126,4 +126,4 @@ int decode_address(const void* data, std::size_t length, WorkerAddress* out) noe
   return RDMX_OK;
 }
 
-}  // namespace rdmx::transport
+}  // namespace rdmx::protocol

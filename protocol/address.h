@@ -28,7 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace rdmx::transport {
+namespace rdmx::protocol {
 
 inline constexpr std::uint32_t kAddressMagic = 0x584d4452;  // "RDMX" read as little-endian
 inline constexpr std::uint8_t kAddressVersion = 2;          // 2: rd atomic
@@ -66,4 +66,4 @@ AddressBytes encode_address(const WorkerAddress& address) noexcept;
 // inconsistent fields).
 int decode_address(const void* data, std::size_t length, WorkerAddress* out) noexcept;
 
-}  // namespace rdmx::transport
+}  // namespace rdmx::protocol
