@@ -15,7 +15,7 @@
 //  116 | reserved (4 bytes, zero: the struct's 8-byte alignment made them part of the body)
 //  120 end
 //
-// - op: what the message is (ConnectOp). transport: the sender's (1 RC, 2 UD).
+// - op: what the message is (connect_op). transport: the sender's (1 RC, 2 UD).
 // - rc_credits: RC, the first credit limit the sender grants the receiver.
 // - sender_index: the sender's index for the receiver (the src_ep the receiver must use).
 // - target_uid / target_instance: whom it is for (instance 0: not known yet). A message for an

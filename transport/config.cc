@@ -179,8 +179,6 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
     }
   };
 
-  auto u32_size = [&](const char* name, std::uint32_t* field) { u32(name, field, true); };
-  auto u32_number = [&](const char* name, std::uint32_t* field) { u32(name, field, false); };
   auto string = [&](const char* name, const char** field) {
     if (const char* v = get(name)) {
       *field = v;
@@ -216,8 +214,8 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
   };
   // One line per setting of settings.def, by its kind.
 #define RDMX_APPLY_INT(env, field, lo, hi) integer(env, field, lo, hi)
-#define RDMX_APPLY_U32(env, field, lo, hi) u32_number(env, field)
-#define RDMX_APPLY_SIZE32(env, field, lo, hi) u32_size(env, field)
+#define RDMX_APPLY_U32(env, field, lo, hi) u32(env, field, false)
+#define RDMX_APPLY_SIZE32(env, field, lo, hi) u32(env, field, true)
 #define RDMX_APPLY_SIZE(env, field, lo, hi) sz(env, field)
 #define RDMX_APPLY_STRING(env, field, lo, hi) string(env, field)
 #define RDMX_APPLY_TRANSPORT(env, field, lo, hi) transport(env, field)

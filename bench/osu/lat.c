@@ -50,13 +50,12 @@ int main(int argc, char** argv) {
     if (!osu_begin_size(&o, size, sbuf, rbuf, 1, 1, &iters, &skip)) {
       continue;
     }
-    osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf, size, skip, skip, 0.0);
+    osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf, size, skip, skip, 0.0,
+                 NULL);
     OSU_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     t0 = MPI_Wtime();
-    done = half_us != NULL ? osu_pingpong_timed(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf,
-                                                rbuf, size, iters, half_us)
-                           : osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf,
-                                          size, iters, o.min_iters, osu_deadline(&o));
+    done = osu_pingpong(MPI_COMM_WORLD, o.rank < o.pairs, o.partner, sbuf, rbuf, size, iters,
+                        o.min_iters, osu_deadline(&o), half_us);
     if (o.rank < o.pairs) {
       mine = (MPI_Wtime() - t0) * 1e6 / (2.0 * done);
       if (half_us != NULL) {

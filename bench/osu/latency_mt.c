@@ -27,7 +27,7 @@ static void* run(void* arg) {
   job_t* j = arg;
   const double t0 = MPI_Wtime();
   const int done = osu_pingpong(j->comm, j->o->rank == 0, j->o->partner, j->sbuf, j->rbuf, j->size,
-                                j->n, j->min_n, j->deadline);
+                                j->n, j->min_n, j->deadline, NULL);
   j->seconds = done > 0 ? (MPI_Wtime() - t0) / done : 0.0;
   return NULL;
 }

@@ -332,11 +332,12 @@ int osu_begin_size(const osu_opts_t* o, size_t size, void* sbuf, void* rbuf, int
 enum { OSU_TAG_PING = 1, OSU_TAG_LAST = 2 };
 
 int osu_pingpong(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf, size_t size, int n,
-                 int min_n, double deadline) {
+                 int min_n, double deadline, double* half_us) {
   MPI_Status st;
   int i;
   for (i = 0; i < n; ++i) {
     if (initiator) {
+      const double t0 = half_us != NULL ? MPI_Wtime() : 0.0;
       /* MPI_Wtime may be a system call in the guest: below 64 KiB look every 16 round trips. */
       const int look = size >= 65536 || (i & 15) == 15;
       const int last =
@@ -344,6 +345,9 @@ int osu_pingpong(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf,
       OSU_CHECK(
           MPI_Send(sbuf, (int)size, MPI_CHAR, peer, last ? OSU_TAG_LAST : OSU_TAG_PING, comm));
       OSU_CHECK(MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm, MPI_STATUS_IGNORE));
+      if (half_us != NULL) {
+        half_us[i] = (MPI_Wtime() - t0) * 1e6 / 2.0;
+      }
       if (last) {
         return i + 1;
       }
@@ -353,23 +357,6 @@ int osu_pingpong(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf,
       if (st.MPI_TAG == OSU_TAG_LAST) {
         return i + 1;
       }
-    }
-  }
-  return n;
-}
-
-int osu_pingpong_timed(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf, size_t size,
-                       int n, double* half_us) {
-  int i;
-  for (i = 0; i < n; ++i) {
-    if (initiator) {
-      const double t0 = MPI_Wtime();
-      OSU_CHECK(MPI_Send(sbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm));
-      OSU_CHECK(MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm, MPI_STATUS_IGNORE));
-      half_us[i] = (MPI_Wtime() - t0) * 1e6 / 2.0;
-    } else {
-      OSU_CHECK(MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm, MPI_STATUS_IGNORE));
-      OSU_CHECK(MPI_Send(sbuf, (int)size, MPI_CHAR, peer, OSU_TAG_PING, comm));
     }
   }
   return n;

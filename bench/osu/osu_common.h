@@ -75,13 +75,6 @@ void osu_arm(const osu_opts_t* o, size_t size, const char* phase);
  */
 int osu_window(const osu_opts_t* o, size_t size);
 
-/*
- * osu_pingpong's loop under -P without a time budget: n round trips, each timed; the
- * initiator's half round trips (us) go to half_us[0..n). Returns n.
- */
-int osu_pingpong_timed(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf, size_t size,
-                       int n, double* half_us);
-
 /* Sorts v[0..n) and stores its 50th and 99th percentiles and maximum in out[0..3). */
 void osu_percentiles(double* v, int n, double out[3]);
 
@@ -116,10 +109,11 @@ int osu_begin_size(const osu_opts_t* o, size_t size, void* sbuf, void* rbuf, int
  * n ping-pongs of size bytes with peer on comm (blocking MPI_Send / MPI_Recv, tag 1); the
  * initiator sends first. With a deadline (MPI_Wtime seconds, 0: none) the initiator stops early
  * once it has passed, after at least min_n round trips, and tells the responder by sending the
- * last message with tag 2. Returns the round trips done.
+ * last message with tag 2. With half_us (-P, else NULL) the initiator times every round trip
+ * and stores half of it, in us, at half_us[i]. Returns the round trips done.
  */
 int osu_pingpong(MPI_Comm comm, int initiator, int peer, char* sbuf, char* rbuf, size_t size, int n,
-                 int min_n, double deadline);
+                 int min_n, double deadline, double* half_us);
 
 /* The deadline of a timed loop that starts now: one budget (0 when -D is off). */
 double osu_deadline(const osu_opts_t* o);

@@ -142,6 +142,9 @@ static void print_counter_deltas(const counter_t* a, int na, const counter_t* b,
   fflush(stdout);
 }
 
+/* One size's figures per initiator, reduced by their maximum over the pairs. */
+enum { F_MEAN, F_P50, F_P99, F_MAX, F_MAX_AT, F_STALLS, F_FAILED, F_COUNT };
+
 int main(int argc, char** argv) {
   int iters = 100000, warmup = 100, nsizes = 0, sizes[MAX_SIZES], s, i;
   double max_x = 50.0, p99_x = 5.0, stalls = 0.0;
@@ -204,7 +207,7 @@ int main(int argc, char** argv) {
   }
   for (s = 0; s < nsizes; ++s) {
     const int size = sizes[s];
-    double sum = 0.0, row[7], worst[7];
+    double sum = 0.0, row[F_COUNT], worst[F_COUNT];
     int over = 0, max_at = 0, bad_any = 0, n0 = 0, n1 = 0;
     static counter_t before[MAX_COUNTERS], after[MAX_COUNTERS];
     if (t_rank == 0) {
@@ -238,22 +241,23 @@ int main(int argc, char** argv) {
           max_at = i;
         }
       }
-      row[0] = sum / iters;
-      row[4] = (double)max_at;
+      row[F_MEAN] = sum / iters;
+      row[F_MAX_AT] = (double)max_at;
       qsort(rtt, (size_t)iters, sizeof(double), cmp_double);
-      row[1] = rtt[iters / 2];
-      row[2] = rtt[(int)((double)iters * 0.99)];
-      row[3] = rtt[iters - 1];
-      for (i = iters - 1; i >= 0 && rtt[i] > max_x * row[1]; --i) {
+      row[F_P50] = rtt[iters / 2];
+      row[F_P99] = rtt[(int)((double)iters * 0.99)];
+      row[F_MAX] = rtt[iters - 1];
+      for (i = iters - 1; i >= 0 && rtt[i] > max_x * row[F_P50]; --i) {
         ++over;
       }
-      row[5] = over;
-      row[6] = over > stalls * iters || row[2] > p99_x * row[1];
+      row[F_STALLS] = over;
+      row[F_FAILED] = over > stalls * iters || row[F_P99] > p99_x * row[F_P50];
     }
     /* Each figure's maximum over the pairs, and whether any pair failed. */
-    CHECK_MPI(MPI_Reduce(row, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-    bad_any = t_rank == 0 && worst[6] > 0.0;
+    CHECK_MPI(MPI_Reduce(row, worst, F_COUNT, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+    bad_any = t_rank == 0 && worst[F_FAILED] > 0.0;
     CHECK_MPI(MPI_Bcast(&bad_any, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    failures += bad_any;
     if (initiator && (hist || bad_any)) {
       print_histogram(t_rank, size, rtt, iters);
     }
@@ -262,23 +266,21 @@ int main(int argc, char** argv) {
       print_counter_deltas(before, n0, after, n1, iters);
     }
     if (t_rank == 0) {
-      const int bad = worst[6] > 0.0;
-      if (report || bad) {
-        printf("%-8d %10.2f %10.2f %10.2f %10.2f %10.0f %8.0f%s\n", size, worst[0], worst[1],
-               worst[2], worst[3], worst[4], worst[5], bad ? "  <- FAIL" : "");
+      if (report || bad_any) {
+        printf("%-8d %10.2f %10.2f %10.2f %10.2f %10.0f %8.0f%s\n", size, worst[F_MEAN],
+               worst[F_P50], worst[F_P99], worst[F_MAX], worst[F_MAX_AT], worst[F_STALLS],
+               bad_any ? "  <- FAIL" : "");
         fflush(stdout);
       }
-      if (bad) {
+      if (bad_any) {
         fprintf(stderr,
                 "[mpi_steady_latency] size %d: %.0f round trips over %.0fx the median %.2f us "
                 "(at most %.0f allowed; max %.2f us), p99 %.2f us (%.1fx, limit %.0fx)\n",
-                size, worst[5], max_x, worst[1], stalls * iters, worst[3], worst[2],
-                worst[2] / worst[1], p99_x);
-        ++failures;
+                size, worst[F_STALLS], max_x, worst[F_P50], stalls * iters, worst[F_MAX],
+                worst[F_P99], worst[F_P99] / worst[F_P50], p99_x);
       }
     }
   }
-  CHECK_MPI(MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD));
   CHECK(failures == 0, "%d size(s) with unsteady latency (see the table)", failures);
   free(rtt);
   free(sbuf);

@@ -10,10 +10,19 @@
 #include "rdmx/rdmx.h"
 #include "transport/config.h"
 #include "transport/order_guard.h"
-#include "transport/peer.h"
 
 namespace rdmx::transport {
 namespace {
+
+// The address blob lives in protocol/ (its tests stay with the config's: both are pure).
+using protocol::AddressBytes;
+using protocol::decode_address;
+using protocol::encode_address;
+using protocol::kAddressSize;
+using protocol::kAddressVersion;
+using protocol::kCapRc;
+using protocol::kCapUd;
+using protocol::WorkerAddress;
 
 using Env = std::map<std::string, std::string>;
 
