@@ -750,11 +750,12 @@ class Client {
     }
     rdmx_stats_t after{};
     check(rdmx_worker_stats(worker_, &after), "rdmx_worker_stats");
-    std::printf("# client stats during %s: unexpected %" PRIu64 ", rnr_naks %" PRIu64
+    std::printf("# client stats during %s: unexpected %" PRIu64 ", node_rnr_naks %" PRIu64
                 ", ud_retransmits %" PRIu64 ", ud_duplicates %" PRIu64 ", srq_refills %" PRIu64
                 ", srq_limit_events %" PRIu64 ", coalesced %" PRIu64 " in %" PRIu64 " packets\n",
                 test_name(t), after.unexpected - before.unexpected,
-                after.rnr_naks - before.rnr_naks, after.ud_retransmits - before.ud_retransmits,
+                after.node_rnr_naks - before.node_rnr_naks,
+                after.ud_retransmits - before.ud_retransmits,
                 after.ud_duplicates - before.ud_duplicates, after.srq_refills - before.srq_refills,
                 after.srq_limit_events - before.srq_limit_events,
                 after.coalesced_msgs - before.coalesced_msgs,

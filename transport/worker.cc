@@ -319,9 +319,11 @@ void Worker::setup() {
     }
   }
 
-  // Device-wide RNR counter baseline (rxe exposes it; other devices may not).
-  rnr_baseline_ = read_u64_file("/sys/class/infiniband/" + device_name_ + "/ports/" +
-                                std::to_string(port_) + "/hw_counters/rcvd_rnr_err");
+  // The port's RNR NAK counter counts every process on the node; stats() reports it as such, from
+  // this baseline (rxe exposes it; other devices may not).
+  node_rnr_path_ = "/sys/class/infiniband/" + device_name_ + "/ports/" + std::to_string(port_) +
+                   "/hw_counters/rcvd_rnr_err";
+  node_rnr_baseline_ = read_u64_file(node_rnr_path_);
 
   WorkerAddress a;
   a.transport = static_cast<std::uint8_t>(ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC);
@@ -639,13 +641,16 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.srq_limit_events += k.limit_events;
     s.recv_mem_bytes += pools_[c]->registered_bytes();
   }
-  const std::uint64_t rnr = read_u64_file("/sys/class/infiniband/" + device_name_ + "/ports/" +
-                                          std::to_string(port_) + "/hw_counters/rcvd_rnr_err");
-  s.rnr_naks = (rnr >= rnr_baseline_ ? rnr - rnr_baseline_ : 0) + stat_rnr_exceeded_;
+  const std::uint64_t rnr = read_u64_file(node_rnr_path_);
+  s.node_rnr_naks = rnr >= node_rnr_baseline_ ? rnr - node_rnr_baseline_ : 0;
+  s.rnr_retry_exceeded = stat_rnr_exceeded_;
   s.ud_retransmits = stat_ud_retransmits_;
   s.ud_duplicates = stat_ud_duplicates_;
   s.ud_dropped_test = stat_ud_dropped_test_;
   s.unexpected = stat_unexpected_;
+  s.dropped_malformed = stat_dropped_malformed_;
+  s.dropped_foreign = stat_dropped_foreign_;
+  s.rc_kicks = stat_rc_kicks_;
   std::uint64_t qps = ctrl_qp_ ? 1 : 0;
   for (const auto& q : ud_qp_) {
     qps += q ? 1 : 0;

@@ -473,12 +473,13 @@ class Worker {
   std::uint64_t stat_ud_retransmits_ = 0;
   std::uint64_t stat_ud_duplicates_ = 0;
   std::uint64_t stat_ud_dropped_test_ = 0;
-  std::uint64_t stat_rnr_exceeded_ = 0;
+  std::uint64_t stat_rnr_exceeded_ = 0;       // own sends failed with IBV_WC_RNR_RETRY_EXC_ERR
   std::uint64_t stat_rc_kicks_ = 0;           // stalled RC QPs given a doorbell by the watchdog
   std::uint64_t stat_dropped_malformed_ = 0;  // failed validation or unknown src_ep
   std::uint64_t stat_dropped_foreign_ = 0;    // from a QP or peer we do not know
   std::uint64_t stat_limit_events_ctrl_ = 0;
-  std::uint64_t rnr_baseline_ = 0;
+  std::string node_rnr_path_;  // the port's node-wide RNR NAK counter (sysfs)
+  std::uint64_t node_rnr_baseline_ = 0;
   std::uint64_t recv_completed_ = 0;
   std::uint64_t stat_rc_connects_ = 0;
   std::uint64_t stat_rc_retired_ = 0;

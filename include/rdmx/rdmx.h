@@ -223,46 +223,13 @@ int rdmx_request_wait(rdmx_worker_t* worker, rdmx_request_t* request, rdmx_statu
  * request is a send or already matched (it then completes normally). */
 int rdmx_request_cancel(rdmx_worker_t* worker, rdmx_request_t* request);
 
-/* Counters for tuning and tests. */
+/* Counters for tuning and tests: one uint64_t per line of rdmx/stats.def, which says what each
+ * counts. */
 typedef struct rdmx_stats {
-  uint64_t srq_posted;        /* receive buffers posted to SRQs */
-  uint64_t srq_consumed;      /* receive completions taken from SRQs */
-  uint64_t srq_refills;       /* batched refill posts */
-  uint64_t srq_limit_events;  /* IBV_EVENT_SRQ_LIMIT_REACHED seen */
-  uint64_t rnr_naks;          /* RNR retries seen (if the device reports them) */
-  uint64_t ud_retransmits;    /* UD packets sent again */
-  uint64_t ud_duplicates;     /* UD packets received twice and dropped */
-  uint64_t ud_dropped_test;   /* UD packets dropped by ud_drop_rate */
-  uint64_t unexpected;        /* messages that arrived before their receive */
-  uint64_t recv_mem_bytes;    /* registered receive buffer memory */
-  uint64_t num_qps;           /* QPs owned by the worker */
   rdmx_transport_t transport; /* the transport chosen */
-  /* Rendezvous (messages of rndv_thresh bytes and more). */
-  uint64_t rndv_sends;           /* rendezvous sends started (RTS posted) */
-  uint64_t rndv_recvs;           /* rendezvous receives matched */
-  uint64_t rndv_zero_copy_bytes; /* bytes sent by RDMA write straight from the user's buffer */
-  uint64_t rndv_copied_bytes;    /* bytes sent through the copy path (registration refused, or
-                                    no RC connection for writes) */
-  uint64_t rndv_reg_failures;    /* buffer registrations refused (either side): copy path */
-  uint64_t rndv_reg_hits;        /* registrations served by the registration cache */
-  uint64_t rndv_reg_misses;      /* registrations the cache had to make (ibv_reg_mr) */
-  uint64_t rc_connections;       /* UD mode: on-demand RC connections open now */
-  uint64_t rc_connects;          /* UD mode: on-demand RC connections made */
-  uint64_t rc_retired;           /* UD mode: idle RC connections retired to respect the cap */
-  /* Coalescing (rdmx_config_t.coalesce). */
-  uint64_t coalesced_msgs;       /* standard sends that left packed with others */
-  uint64_t coalesced_batches;    /* packets that carried them */
-  /* The RDMA-write eager ring (RC; rdmx_config_t.ring_peers). */
-  uint64_t ring_sends;           /* messages written into peers' rings */
-  uint64_t ring_recvs;           /* messages taken from this worker's rings */
-  uint64_t ring_peers;           /* rings this worker gave to peers */
-  uint64_t ring_mem_bytes;       /* registered memory of the rings, 0 until the first is given
-                                    (not in recv_mem_bytes) */
-  uint64_t idle_yields;          /* rdmx_worker_idle turns that yielded the CPU */
-  uint64_t spin_polls;           /* rdmx_worker_poll's polls beyond the first of each call */
-  uint64_t rndv_read_bytes;      /* bytes this worker read itself as a rendezvous receiver (the
-                                    read share, rdmx_config_t.rndv_read_share; part of the
-                                    sender's rndv_zero_copy_bytes) */
+#define RDMX_STAT(name, kind, help) uint64_t name;
+#include "rdmx/stats.def"
+#undef RDMX_STAT
 } rdmx_stats_t;
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats);

@@ -166,6 +166,11 @@ bool ompi_mtl_rdmx_comm_has_dead(struct ompi_communicator_t* comm);
 /* Finalize: forget the dead processes. */
 void ompi_mtl_rdmx_dead_fini(void);
 
+/* mtl_rdmx_stats.c: the counters as MPI_T performance variables (at component registration) and
+ * the opt-in stats line at finalize (module lock held). */
+void ompi_mtl_rdmx_register_pvars(void);
+void ompi_mtl_rdmx_print_stats(void);
+
 /* send */
 int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm,
                        int dest, int tag, struct opal_convertor_t* convertor,

@@ -149,10 +149,8 @@ static int component_register(void) {
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "print_stats",
       "At MPI_Finalize, before the endpoints go, print one line per process on stderr with rdmx's "
-      "counters: 'mtl rdmx stats: rank R transport rc|ud recv_mem_bytes N num_qps N srq_posted N "
-      "unexpected N ud_retransmits N coalesced_msgs N coalesced_batches N ring_sends N "
-      "ring_recvs N ring_peers N ring_mem_bytes N idle_yields N spin_polls N "
-      "rndv_zero_copy_bytes N rndv_read_bytes N' (also RDMX_STATS=1)",
+      "counters: 'mtl rdmx stats: rank R transport rc|ud NAME N ...', every counter that is also "
+      "a performance variable mtl_rdmx_NAME, in the same order (also RDMX_STATS=1)",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
       MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
   p->progress_polls = MTL_RDMX_DEFAULT_PROGRESS_POLLS;
@@ -176,6 +174,7 @@ static int component_register(void) {
       "else to run a yield returns at once",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->yield_after_us);
+  ompi_mtl_rdmx_register_pvars();
   return OMPI_SUCCESS;
 }
 

@@ -395,40 +395,12 @@ int ompi_mtl_rdmx_progress(void) {
 
 /* ---- finalize ------------------------------------------------------------------------------ */
 
-/* Opt-in (mtl_rdmx_print_stats or RDMX_STATS=1): the worker's counters while its endpoints are
- * alive, one parseable "key N" line per process for scale figures. */
-static void print_stats(void) {
-  const char* env = getenv("RDMX_STATS");
-  rdmx_stats_t st;
-  if (!ompi_mtl_rdmx_params.print_stats && (NULL == env || 0 != strcmp(env, "1"))) {
-    return;
-  }
-  if (NULL == ompi_mtl_rdmx.worker || RDMX_OK != rdmx_worker_stats(ompi_mtl_rdmx.worker, &st)) {
-    return;
-  }
-  fprintf(stderr,
-          "mtl rdmx stats: rank %u transport %s recv_mem_bytes %llu num_qps %llu srq_posted %llu "
-          "unexpected %llu ud_retransmits %llu coalesced_msgs %llu coalesced_batches %llu "
-          "ring_sends %llu ring_recvs %llu ring_peers %llu ring_mem_bytes %llu idle_yields %llu "
-          "spin_polls %llu rndv_zero_copy_bytes %llu rndv_read_bytes %llu\n",
-          (unsigned)OPAL_PROC_MY_NAME.vpid, RDMX_TRANSPORT_UD == st.transport ? "ud" : "rc",
-          (unsigned long long)st.recv_mem_bytes, (unsigned long long)st.num_qps,
-          (unsigned long long)st.srq_posted, (unsigned long long)st.unexpected,
-          (unsigned long long)st.ud_retransmits, (unsigned long long)st.coalesced_msgs,
-          (unsigned long long)st.coalesced_batches, (unsigned long long)st.ring_sends,
-          (unsigned long long)st.ring_recvs, (unsigned long long)st.ring_peers,
-          (unsigned long long)st.ring_mem_bytes, (unsigned long long)st.idle_yields,
-          (unsigned long long)st.spin_polls, (unsigned long long)st.rndv_zero_copy_bytes,
-          (unsigned long long)st.rndv_read_bytes);
-  fflush(stderr);
-}
-
 int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
   mca_mtl_rdmx_request_t* r;
   (void)mtl;
   opal_progress_unregister(ompi_mtl_rdmx_progress);
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-  print_stats();
+  ompi_mtl_rdmx_print_stats(); /* before the endpoints go */
   while (NULL != ompi_mtl_rdmx.endpoints) {
     endpoint_free(ompi_mtl_rdmx.endpoints);
   }

@@ -113,14 +113,14 @@ void receiver(Rank& rank, Session& s, int n, rdmx_transport_t t, bool coalesce) 
   RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
   std::printf(
       "receiver (%s): %d messages; srq posted %llu consumed %llu refills %llu limit events "
-      "%llu unexpected %llu retransmits %llu rnr seen %llu\n",
+      "%llu unexpected %llu retransmits %llu node rnr naks %llu\n",
       t == RDMX_TRANSPORT_RC ? "rc" : "ud", total, static_cast<unsigned long long>(st.srq_posted),
       static_cast<unsigned long long>(st.srq_consumed),
       static_cast<unsigned long long>(st.srq_refills),
       static_cast<unsigned long long>(st.srq_limit_events),
       static_cast<unsigned long long>(st.unexpected),
       static_cast<unsigned long long>(st.ud_retransmits),
-      static_cast<unsigned long long>(st.rnr_naks));
+      static_cast<unsigned long long>(st.node_rnr_naks));
   std::printf("receiver (%s): %llu messages through %llu eager rings\n",
               t == RDMX_TRANSPORT_RC ? "rc" : "ud", static_cast<unsigned long long>(st.ring_recvs),
               static_cast<unsigned long long>(st.ring_peers));

@@ -57,10 +57,10 @@ int main(int argc, char** argv) {
       rdmx_worker_stats(w, &st);
       std::printf(
           "rdmx %s %zu B: half round trip median %.2f us, mean %.2f us, p99 %.2f us "
-          "(%d iterations); rnr %llu retransmits %llu\n",
+          "(%d iterations); node rnr naks %llu retransmits %llu\n",
           t == RDMX_TRANSPORT_RC ? "rc" : "ud", size, samples[samples.size() / 2],
           sum / static_cast<double>(samples.size()), samples[samples.size() * 99 / 100], iters,
-          static_cast<unsigned long long>(st.rnr_naks),
+          static_cast<unsigned long long>(st.node_rnr_naks),
           static_cast<unsigned long long>(st.ud_retransmits));
     }
     rank.barrier();

@@ -203,12 +203,12 @@ void pingpong_rank(Rank& rank, const Case& c, const std::vector<std::string>& de
   if (rank.rank() == 0) {
     RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
     std::printf(
-        "%s %s: %zu sizes (0..%zu) in %.2f s, %.1f us per round trip; rnr %llu, "
+        "%s %s: %zu sizes (0..%zu) in %.2f s, %.1f us per round trip; node rnr naks %llu, "
         "retransmits %llu, unexpected %llu, refills %llu\n",
         c.transport == RDMX_TRANSPORT_RC ? "RC" : "UD",
         c.two_devices ? "two devices" : "one device", sizes.size(), limit, secs,
         secs * 1e6 / static_cast<double>(sizes.size()),
-        static_cast<unsigned long long>(st.rnr_naks),
+        static_cast<unsigned long long>(st.node_rnr_naks),
         static_cast<unsigned long long>(st.ud_retransmits),
         static_cast<unsigned long long>(st.unexpected),
         static_cast<unsigned long long>(st.srq_refills));
