@@ -349,6 +349,11 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
                 std::to_string(kMaxRcMaxRdAtomic) + "] (RDMX_RC_MAX_RD_ATOMIC)");
   }
   r.rc_max_rd_atomic = config.rc_max_rd_atomic;
+  if (config.rc_rnr_retry > kRnrRetryForever) {
+    return fail("rc_rnr_retry " + std::to_string(config.rc_rnr_retry) + " is not in [0, " +
+                std::to_string(kRnrRetryForever) + "] (RDMX_RC_RNR_RETRY)");
+  }
+  r.rc_rnr_retry = static_cast<std::uint8_t>(config.rc_rnr_retry);
   *out = r;
   return RDMX_OK;
 }
@@ -409,6 +414,7 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->ring_slot_size = kDefaultRingSlotSize;
   c->rndv_read_share = kDefaultReadShare;
   c->rc_max_rd_atomic = kDefaultRcMaxRdAtomic;
+  c->rc_rnr_retry = kRnrRetryForever;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

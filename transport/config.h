@@ -44,6 +44,8 @@ inline constexpr int kMaxReadShare = 90;
 // device's own limit: 16 covers a 4-deep read pipeline for several receives at once.
 inline constexpr std::uint32_t kDefaultRcMaxRdAtomic = 16;
 inline constexpr std::uint32_t kMaxRcMaxRdAtomic = 16;
+// RNR retries of an RC send (rdmx_config_t.rc_rnr_retry): 7 is the verbs encoding of "for ever".
+inline constexpr std::uint32_t kRnrRetryForever = 7;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -83,6 +85,7 @@ struct Resolved {
   std::uint32_t ring_slot_size = 0;
   int rndv_read_share = 0;  // percent; -1: chosen by device type (the worker knows it); UD: 0
   std::uint32_t rc_max_rd_atomic = 1;  // before the device's limit
+  std::uint8_t rc_rnr_retry = kRnrRetryForever;
   bool ud = false;
 };
 

@@ -1,5 +1,5 @@
-// Test and debug hooks that are not part of the public C API: wr_id accounting of a live worker
-// and the report of the last rdmx_worker_destroy in this process.
+// Test and debug hooks that are not part of the public C API: wr_id accounting of a live worker,
+// the report of the last rdmx_worker_destroy in this process, and a hold on SRQ refills.
 #pragma once
 
 #include <cstdint>
@@ -44,5 +44,9 @@ std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint6
 // One paragraph on stderr: queues, windows, pools and peers (for a test that timed out).
 void dump(const rdmx_worker_t* worker);
 DestroyReport last_destroy_report();
+// While `hold` is true the worker reposts no receive buffer to its data SRQs, yet grants RC
+// credits as if they were full: senders then meet empty SRQs (RNR NAKs), a state rdmx's credits
+// otherwise never let happen. For tests of the RNR paths (rdmx_config_t.rc_rnr_retry).
+void hold_srq_refills(rdmx_worker_t* worker, bool hold);
 
 }  // namespace rdmx::transport::debug

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "transport/worker.h"
 #include "verbs/error.h"
@@ -99,11 +100,12 @@ int Worker::progress() {
     events += poll_cq(send_cq_->get(), false);
   }
   bool low = false;
-  for (auto& pool : pools_) {
-    if (pool->wants_refill()) {
-      (void)pool->refill();
+  for (int c = 0; c < kNumPools; ++c) {
+    eager::SrqPool& pool = *pools_[c];
+    if (pool.wants_refill() && !(hold_refills_for_test_ && c < kNumClasses)) {
+      (void)pool.refill();
     }
-    low |= pool->posted() <= pool->params().watermark;
+    low |= pool.posted() <= pool.params().watermark;
   }
   // Async events cost a read(2) (1.7 us in the guest): look every kAsyncEventPeriodUs (checked
   // every 256 calls), or at once when a pool is low (its limit event has probably fired and
@@ -360,7 +362,14 @@ void Worker::on_send_completion(const ibv_wc& wc) {
     for (auto& sq : failed->rc_sq) {
       sq.close();
     }
-    fail_peer(*failed, RDMX_ERR_UNREACHABLE, "RC send failed");
+    // Cold path: the reason names the device's status, and what to do about an RNR failure.
+    const std::string why =
+        std::string("RC send failed: ") + ibv_wc_status_str(wc.status) +
+        (wc.status == IBV_WC_RNR_RETRY_EXC_ERR
+             ? " (the peer had no receive buffer for every retry; RDMX_RC_RNR_RETRY 7 retries "
+               "for ever)"
+             : "");
+    fail_peer(*failed, RDMX_ERR_UNREACHABLE, why.c_str());
   }
 }
 

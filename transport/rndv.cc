@@ -364,8 +364,11 @@ bool Worker::connect_wqp(Peer& p, std::uint32_t remote_qpn, std::uint32_t remote
                                         .min_rnr_timer = 1,
                                         .max_dest_rd_atomic = 1,
                                         .port_num = port_});
-    p.write_qp->to_rts(verbs::RcRtsAttr{
-        .sq_psn = p.wqp_psn, .timeout = 15, .retry_cnt = 7, .max_rd_atomic = 1, .rnr_retry = 7});
+    p.write_qp->to_rts(verbs::RcRtsAttr{.sq_psn = p.wqp_psn,
+                                        .timeout = 15,
+                                        .retry_cnt = 7,
+                                        .max_rd_atomic = 1,
+                                        .rnr_retry = res_.rc_rnr_retry});
   } catch (const verbs::Error& e) {
     std::fprintf(stderr, "rdmx: RC write connection to %016llx: %s\n",
                  static_cast<unsigned long long>(p.uid), e.what());

@@ -181,14 +181,14 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
     // meeting an empty SRQ can be late many times in a row, and an RC QP that gives up fails
     // the whole connection. rxe even treats retry_cnt 7 as "for ever"; the RC watchdog (no
     // send completion for peer_timeout_ms) then finds dead peers.
-    // rnr_retry 7: retry RNR for ever (the peer's SRQ may run dry under incast).
+    // rnr_retry: rc_rnr_retry, by default 7, for ever (the peer's SRQ may run dry under incast).
     peer.rc_qp[c]->to_rts(
         verbs::RcRtsAttr{.sq_psn = peer.rc_psn[c],
                          .timeout = 17,
                          .retry_cnt = 7,
                          // no more reads in flight than the peer takes
                          .max_rd_atomic = std::min(rd_atomic_, peer.address.rd_atomic),
-                         .rnr_retry = 7});
+                         .rnr_retry = res_.rc_rnr_retry});
   }
   peer.rc_ready = true;
 }

@@ -251,10 +251,13 @@ void Worker::setup() {
                                    .spare = 16,
                                    .watermark = 8,
                                    .batch = 8});
-  for (auto& pool : pools_) {
-    eager::SrqPool* p = pool.get();
-    events_->on(IBV_EVENT_SRQ_LIMIT_REACHED, p->srq(),
-                [p](const ibv_async_event&) { p->on_limit_event(); });
+  for (int c = 0; c < kNumPools; ++c) {
+    eager::SrqPool* p = pools_[c].get();
+    events_->on(IBV_EVENT_SRQ_LIMIT_REACHED, p->srq(), [this, p, c](const ibv_async_event&) {
+      if (!(hold_refills_for_test_ && c < kNumClasses)) {
+        (void)p->on_limit_event();  // held: hold_refills_for_test(false) refills and re-arms
+      }
+    });
   }
 
   // Send resources of the (single, for now) posting thread.
@@ -761,6 +764,15 @@ void Worker::dump() const {
   }
 }
 
+void Worker::hold_refills_for_test(bool hold) noexcept {
+  hold_refills_for_test_ = hold;
+  if (!hold) {
+    for (int c = 0; c < kNumClasses; ++c) {
+      (void)pools_[c]->on_limit_event();  // everything free, and the limit a hold swallowed
+    }
+  }
+}
+
 std::vector<debug::RcReadLimits> Worker::rc_read_limits(std::uint64_t peer_uid) const {
   std::vector<debug::RcReadLimits> out;
   for (const auto& p : peers_) {
@@ -794,6 +806,10 @@ WrIds wr_ids(const rdmx_worker_t* worker) {
 
 std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint64_t peer_uid) {
   return worker->impl->rc_read_limits(peer_uid);
+}
+
+void hold_srq_refills(rdmx_worker_t* worker, bool hold) {
+  worker->impl->hold_refills_for_test(hold);
 }
 
 DestroyReport last_destroy_report() {

@@ -192,6 +192,7 @@ class Worker {
   WrAccount wqp_account() const;
   void dump() const;
   std::vector<debug::RcReadLimits> rc_read_limits(std::uint64_t peer_uid) const;
+  void hold_refills_for_test(bool hold) noexcept;
 
  private:
   explicit Worker(const rdmx_config_t& config);
@@ -232,6 +233,9 @@ class Worker {
   void maybe_grant(Peer& peer);
   // Some SRQ waits for its refill: a credit grant must wait for it too (maybe_grant).
   bool refill_wanted() const noexcept {
+    if (hold_refills_for_test_) [[unlikely]] {
+      return false;  // credits flow as if the SRQs were full: senders meet empty ones (RNR)
+    }
     for (const auto& pool : pools_) {
       if (pool->wants_refill()) {
         return true;
@@ -455,6 +459,7 @@ class Worker {
   std::uint32_t rc_connected_peers_ = 0;
   std::uint32_t rc_credit_window_ = 0;  // update_rc_credit_window
   bool closing_ = false;
+  bool hold_refills_for_test_ = false;  // debug::hold_srq_refills: the data classes' SRQs
   // Liveness (liveness.cc): a probe found nothing since the last watchdog run (the application
   // waits in a probe loop), and dead peers whose callback has not run yet.
   bool probe_waiting_ = false;

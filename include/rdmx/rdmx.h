@@ -111,6 +111,10 @@ typedef struct rdmx_config {
   uint32_t rc_max_rd_atomic;  /* RDMX_RC_MAX_RD_ATOMIC: RC mode, RDMA reads in flight per QP
                                  each way, 1..16 (default 16), at most what the device allows;
                                  a peer that takes fewer gets no more than it takes */
+  uint32_t rc_rnr_retry;      /* RDMX_RC_RNR_RETRY: RC mode, times a send is retried while the
+                                 receiver has no receive buffer, 0..7; 7 (default): for ever.
+                                 Below 7 a receive queue that stays empty fails the connection
+                                 (IBV_WC_RNR_RETRY_EXC_ERR) */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);

@@ -278,6 +278,21 @@ TEST(Config, ReadShareOnlyOverRcAndWithinRange) {
   EXPECT_NE(err.find("RDMX_RNDV_READ_SHARE"), std::string::npos) << err;
 }
 
+TEST(Config, RnrRetryWithinRange) {
+  std::string err;
+  Resolved r;
+  rdmx_config_t c = defaults();
+  EXPECT_EQ(c.rc_rnr_retry, kRnrRetryForever);
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rc_rnr_retry, kRnrRetryForever);
+  c.rc_rnr_retry = 0;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.rc_rnr_retry, 0);
+  c.rc_rnr_retry = kRnrRetryForever + 1;
+  EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_ERR_INVALID_PARAM);
+  EXPECT_NE(err.find("RDMX_RC_RNR_RETRY"), std::string::npos) << err;
+}
+
 TEST(Config, ReadsInFlightWithinRange) {
   std::string err;
   Resolved r;

@@ -1,6 +1,7 @@
 // Peers that go away: a destroyed peer worker (kDisconnect), a killed peer process (no goodbye:
 // RC retry exhaustion or UD peer timeout), a connection request nobody answers, a killed peer
-// that the survivor only receives from or probes (liveness probes, transport/liveness.cc).
+// that the survivor only receives from or probes (liveness probes, transport/liveness.cc); and
+// an RC receiver whose receive queues run dry (RNR retries exceeded, or retried for ever).
 // Requests fail with RDMX_ERR_UNREACHABLE within the timeout, later sends are refused, nothing
 // hangs; a live peer that is quiet (not progressing) for longer than the timeout is not failed.
 #include <gtest/gtest.h>
@@ -339,6 +340,128 @@ TEST_P(PeerFailure, QuietLivePeerIsNotFailed) {
     RDMX_CHECK_EQ(rank, in, word);
     RDMX_CHECK(rank, failed.empty());
     quiesce(rank, s);
+    close_session(rank, s);
+  }));
+}
+
+// RC receive queues that run dry (RNR): rdmx's credits never let that happen, so a receiver here
+// stops reposting its SRQ buffers while it keeps granting credits (debug::hold_srq_refills).
+// Every message goes through the SRQs (no eager ring) and the SRQs are small.
+void dry_receiver(rdmx_config_t& c) {
+  short_timeout(c);
+  c.ring_peers = 0;
+  c.coalesce = 0;  // one message per receive buffer
+  c.srq_depth = 64;
+}
+
+// Progresses until messages have arrived and then none for `quiet` (the SRQs are dry and the
+// sender is held back, or has failed); fails the rank after 30 s.
+void progress_until_dry(Rank& rank, rdmx_worker_t* w, std::chrono::milliseconds quiet) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  std::uint64_t consumed0 = 0, seen = 0;
+  for (bool first = true;; first = false) {
+    RDMX_CHECK(rank, seconds_since(t0) < 30);
+    (void)rdmx_worker_progress(w);
+    rdmx_stats_t st{};
+    RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
+    if (first) {
+      consumed0 = seen = st.srq_consumed;
+    } else if (st.srq_consumed != seen) {
+      seen = st.srq_consumed;
+      last = std::chrono::steady_clock::now();
+    } else if (seen != consumed0 && std::chrono::steady_clock::now() - last > quiet) {
+      return;
+    }
+  }
+}
+
+// rc_rnr_retry 0: the first RNR NAK fails the sender's send (IBV_WC_RNR_RETRY_EXC_ERR). The
+// connection fails, the sender's requests with RDMX_ERR_UNREACHABLE, its counter
+// rnr_retry_exceeded says why, and later sends are refused.
+TEST(RcRnr, RetryExceededFailsTheConnection) {
+  RDMX_REQUIRE_DEVICE();
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s =
+        open_session(rank, device_for(rank.rank(), true), RDMX_TRANSPORT_RC, [](rdmx_config_t& c) {
+          dry_receiver(c);
+          c.rc_rnr_retry = 0;
+        });
+    quiesce(rank, s);
+    if (rank.rank() == 1) {
+      rdmx::transport::debug::hold_srq_refills(s.worker, true);
+      rank.barrier();
+      // Take what arrives (credits flow back) until the SRQs are dry and the sender has failed.
+      progress_until_dry(rank, s.worker, std::chrono::seconds(3));
+      rank.barrier();
+      close_session(rank, s);
+      return;
+    }
+    rank.barrier();
+    double secs = 0;
+    const int rc = send_until_failure(rank, s, 1, nullptr, &secs);
+    rdmx_stats_t st{};
+    RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
+    std::printf(
+        "rc: sends to a receiver with dry SRQs failed after %.2f s: %s; "
+        "rnr_retry_exceeded %llu\n",
+        secs, rdmx_strerror(rc), static_cast<unsigned long long>(st.rnr_retry_exceeded));
+    RDMX_CHECK_EQ(rank, rc, RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK(rank, st.rnr_retry_exceeded >= 1);
+    std::uint8_t x = 1;
+    rdmx_request_t r;
+    RDMX_CHECK_EQ(rank, rdmx_tag_send(s.eps[1], &x, 1, 78, 0, &r, nullptr, nullptr),
+                  RDMX_ERR_UNREACHABLE);
+    rank.barrier();
+    close_session(rank, s);
+  }));
+}
+
+// The default, rc_rnr_retry 7 (for ever): the same dry SRQs only hold the sender back, and every
+// message arrives, in order and intact, once the receiver reposts its buffers.
+TEST(RcRnr, RetryForeverLosesNothing) {
+  RDMX_REQUIRE_DEVICE();
+  constexpr int kMsgs = 400;  // several times the SRQ depth
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s = open_session(rank, device_for(rank.rank(), true), RDMX_TRANSPORT_RC, dry_receiver);
+    quiesce(rank, s);
+    if (rank.rank() == 1) {
+      rdmx::transport::debug::hold_srq_refills(s.worker, true);
+      rank.barrier();
+      progress_until_dry(rank, s.worker, std::chrono::seconds(1));  // the sender meets RNR NAKs
+      rdmx::transport::debug::hold_srq_refills(s.worker, false);
+      for (std::uint64_t i = 0; i < kMsgs; ++i) {
+        std::uint64_t v = 0;
+        rdmx_request_t r;
+        rdmx_status_t st{};
+        RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &v, sizeof(v), s.uids[0], 9, ~0ull, &r, nullptr,
+                                          nullptr));
+        RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, &st, "receive after the drain"));
+        RDMX_CHECK_EQ(rank, v, i * 7919 + 1);
+      }
+      rank.barrier();
+      close_session(rank, s);
+      return;
+    }
+    rank.barrier();
+    std::vector<rdmx_request_t> reqs(kMsgs);
+    std::vector<std::uint64_t> vals(kMsgs);
+    for (std::uint64_t i = 0; i < kMsgs; ++i) {
+      vals[i] = i * 7919 + 1;
+      RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], &vals[i], sizeof(vals[i]), 9, 0, &reqs[i],
+                                        nullptr, nullptr));
+      (void)rdmx_worker_progress(s.worker);
+    }
+    for (auto& r : reqs) {
+      RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "send to a dry receiver"));
+    }
+    rdmx_stats_t st{};
+    RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
+    std::printf("rc: %d messages through SRQs held dry; RNR NAKs at the sender's port %llu\n",
+                kMsgs, static_cast<unsigned long long>(st.node_rnr_naks));
+    RDMX_CHECK_EQ(rank, st.rnr_retry_exceeded, 0u);
+    RDMX_CHECK(rank, st.node_rnr_naks >= 1);  // the SRQs did run dry (rxe counts RNR NAKs)
+    rank.barrier();
     close_session(rank, s);
   }));
 }
