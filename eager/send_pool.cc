@@ -17,14 +17,6 @@ std::size_t stride_of(std::uint32_t capacity) {
   return (capacity + kAlign - 1) / kAlign * kAlign;
 }
 
-std::size_t slab_bytes_of(const SendPool::Params& p) {
-  std::size_t bytes = 0;
-  for (int c = 0; c < 2; ++c) {
-    bytes += stride_of(p.capacity[c]) * p.count[c];
-  }
-  return (bytes + 4095) / 4096 * 4096;
-}
-
 std::byte* allocate(std::size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, 4096, bytes) != 0 || p == nullptr) {
@@ -41,9 +33,17 @@ void SendPool::SlabDeleter::operator()(std::byte* p) const noexcept {
   std::free(p);
 }
 
+std::size_t SendPool::registered_bytes_for(const Params& p) noexcept {
+  std::size_t bytes = 0;
+  for (int c = 0; c < 2; ++c) {
+    bytes += stride_of(p.capacity[c]) * p.count[c];
+  }
+  return (bytes + 4095) / 4096 * 4096;
+}
+
 SendPool::SendPool(const verbs::ProtectionDomain& pd, const Params& params)
     : params_(params),
-      slab_bytes_(slab_bytes_of(params)),
+      slab_bytes_(registered_bytes_for(params)),
       slab_(allocate(slab_bytes_)),
       mr_(verbs::MemoryRegion::create(pd, slab_.get(), slab_bytes_, IBV_ACCESS_LOCAL_WRITE)),
       descs_(params.descs),

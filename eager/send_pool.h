@@ -52,6 +52,8 @@ class SendPool {
   };
 
   SendPool(const verbs::ProtectionDomain& pd, const Params& params);
+  // The bytes a pool of these parameters registers (pins), before it is made.
+  static std::size_t registered_bytes_for(const Params& params) noexcept;
   SendPool(const SendPool&) = delete;
   SendPool& operator=(const SendPool&) = delete;
   ~SendPool();

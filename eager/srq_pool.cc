@@ -28,11 +28,6 @@ std::byte* allocate_slab(std::size_t bytes) {
   return static_cast<std::byte*>(p);
 }
 
-std::size_t slab_bytes_of(const SrqPool::Params& p) {
-  const std::size_t bytes = stride_of(p) * (std::size_t{p.depth} + p.spare);
-  return (bytes + 4095) / 4096 * 4096;
-}
-
 void check_params(const SrqPool::Params& p) {
   if (p.depth == 0 || p.batch == 0 || p.batch > p.depth || p.watermark >= p.depth ||
       std::size_t{p.depth} + p.spare >= kMaxPoolBuffers || p.capacity == 0 ||
@@ -50,10 +45,15 @@ void SrqPool::SlabDeleter::operator()(std::byte* p) const noexcept {
   std::free(p);
 }
 
+std::size_t SrqPool::registered_bytes_for(const Params& p) noexcept {
+  const std::size_t bytes = stride_of(p) * (std::size_t{p.depth} + p.spare);
+  return (bytes + 4095) / 4096 * 4096;
+}
+
 SrqPool::SrqPool(const verbs::ProtectionDomain& pd, const Params& params)
     : params_((check_params(params), params)),
       stride_(stride_of(params)),
-      slab_bytes_(slab_bytes_of(params)),
+      slab_bytes_(registered_bytes_for(params)),
       total_(params.depth + params.spare),
       slab_owner_(allocate_slab(slab_bytes_)),
       slab_(slab_owner_.get()),

@@ -69,6 +69,8 @@ class SrqPool {
   // Allocates and registers the slab, creates the SRQ, posts `depth` buffers and arms the limit.
   // Throws verbs::Error.
   SrqPool(const verbs::ProtectionDomain& pd, const Params& params);
+  // The bytes a pool of these parameters registers (pins), before it is made.
+  static std::size_t registered_bytes_for(const Params& params) noexcept;
   SrqPool(const SrqPool&) = delete;
   SrqPool& operator=(const SrqPool&) = delete;
   ~SrqPool();

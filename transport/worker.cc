@@ -11,11 +11,13 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "transport/debug.h"
 #include "verbs/error.h"
+#include "verbs/mr.h"
 
 namespace rdmx::transport {
 
@@ -62,6 +64,10 @@ int code_for(const verbs::Error& e, std::string* fix) {
       *fix = "RDMX_VERBOSE=2 shows the configuration used";
       return RDMX_ERR_IO;
   }
+}
+
+std::string kib(std::size_t bytes) {
+  return std::to_string((bytes + 1023) / 1024) + " KiB";
 }
 
 std::uint64_t read_u64_file(const std::string& path) {
@@ -117,6 +123,93 @@ int Worker::create(const rdmx_config_t& config, Worker** out) {
   }
   *out = w.release();
   return RDMX_OK;
+}
+
+eager::SrqPool::Params Worker::data_pool_params(std::uint8_t c, const Resolved& r) noexcept {
+  return {.pool_id = c,
+          .kind = r.ud ? protocol::WrKind::kUdRecv : protocol::WrKind::kSrqRecv,
+          .thread = 0,
+          .generation = 1,
+          .capacity = c == kPoolSmall ? r.small_buf : r.large_buf,
+          .grh_bytes = r.ud ? static_cast<std::uint32_t>(eager::kGrhBytes) : 0,
+          .depth = r.srq_depth,
+          .spare = r.srq_depth / 2 + r.refill_batch,
+          .watermark = r.low_watermark,
+          .batch = r.refill_batch};
+}
+
+eager::SrqPool::Params Worker::ctrl_pool_params() noexcept {
+  return {.pool_id = kPoolCtrl,
+          .kind = protocol::WrKind::kUdRecv,
+          .thread = 0,
+          .generation = 1,
+          .capacity = kCtrlCapacity,
+          .grh_bytes = static_cast<std::uint32_t>(eager::kGrhBytes),
+          .depth = kCtrlDepth,
+          .spare = 16,
+          .watermark = 8,
+          .batch = 8};
+}
+
+eager::SendPool::Params Worker::send_pool_params(std::uint16_t thread, const Resolved& r) noexcept {
+  const auto hdr = static_cast<std::uint32_t>(protocol::kHeaderSize);
+  return {.thread = thread,
+          .capacity = {std::max(hdr + r.small_buf, hdr + kCtrlCapacity), hdr + r.large_buf},
+          .count = {kSendSmallBuffers, kSendLargeBuffers},
+          .descs = kSendDescs};
+}
+
+std::size_t Worker::setup_pinned_bytes(const Resolved& r) noexcept {
+  std::size_t bytes = eager::SrqPool::registered_bytes_for(ctrl_pool_params()) +
+                      eager::SendPool::registered_bytes_for(send_pool_params(0, r));
+  for (std::uint8_t c = 0; c < kNumClasses; ++c) {
+    bytes += eager::SrqPool::registered_bytes_for(data_pool_params(c, r));
+  }
+  return bytes;
+}
+
+void Worker::fit_pinned_memory(std::uint32_t mtu) {
+  const std::optional<std::size_t> limit = verbs::pinning_limit();
+  if (!limit) {
+    return;
+  }
+  // At most 3/4 of the limit: the rest is for rendezvous buffers and eager rings, which fall
+  // back to copies when their registration is refused; the receive queues have no fallback.
+  const std::size_t budget = *limit / 4 * 3;
+  const std::size_t wanted = setup_pinned_bytes(res_);
+  if (wanted <= budget) {
+    return;
+  }
+  rdmx_config_t c = config_;
+  Resolved r = res_;
+  while (setup_pinned_bytes(r) > budget && r.srq_depth > kMinSrqDepth) {
+    c.srq_depth = std::max(r.srq_depth / 2, kMinSrqDepth);
+    c.srq_low_watermark = 0;  // the default for the new depth
+    std::string why;
+    if (resolve(c, mtu, &r, &why) != RDMX_OK) {
+      throw SetupError{RDMX_ERR_INVALID_PARAM, why};
+    }
+  }
+  const std::size_t least = setup_pinned_bytes(r);
+  if (least > budget) {
+    throw SetupError{RDMX_ERR_NO_MEMORY,
+                     "the locked-memory limit (ulimit -l) is " + kib(*limit) + ", and rdmx pins " +
+                         kib(wanted) + " of receive and send buffers at start (" + kib(least) +
+                         " at the smallest SRQ depth, " + std::to_string(kMinSrqDepth) +
+                         "), which must stay within 3/4 of the limit: raise the limit to " +
+                         kib(least / 3 * 4 + 4096) +
+                         " or more (`ulimit -l unlimited`, or a memlock line in "
+                         "/etc/security/limits.conf), or lower RDMX_LARGE_BUF (now " +
+                         std::to_string(res_.large_buf) + " bytes; the eager limit follows it)"};
+  }
+  if (config_.verbose >= 1) {
+    std::fprintf(stderr,
+                 "rdmx: locked-memory limit %s (ulimit -l): SRQ depth %u instead of %u, so that "
+                 "the %s pinned at start stay within 3/4 of it; raise the limit for the full "
+                 "depth\n",
+                 kib(*limit).c_str(), r.srq_depth, res_.srq_depth, kib(least).c_str());
+  }
+  res_ = r;
 }
 
 void Worker::setup() {
@@ -179,6 +272,7 @@ void Worker::setup() {
   if (resolve(config_, mtu_bytes(port_attr_.active_mtu), &res_, &why) != RDMX_OK) {
     throw SetupError{RDMX_ERR_INVALID_PARAM, why};
   }
+  fit_pinned_memory(mtu_bytes(port_attr_.active_mtu));
   ud_mode_ = res_.ud;
   rd_atomic_ =
       static_cast<std::uint8_t>(std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1,
@@ -222,35 +316,10 @@ void Worker::setup() {
       *ctx_, static_cast<int>(2 * res_.srq_depth + kCtrlDepth + kSendCqSlack)));
 
   // Receive pools: one SRQ per size class, plus the control QP's.
-  const std::uint32_t grh = ud_mode_ ? static_cast<std::uint32_t>(eager::kGrhBytes) : 0;
-  const protocol::WrKind data_kind =
-      ud_mode_ ? protocol::WrKind::kUdRecv : protocol::WrKind::kSrqRecv;
-  const std::uint32_t spare = res_.srq_depth / 2 + res_.refill_batch;
-  const std::array<std::uint32_t, 2> caps{res_.small_buf, res_.large_buf};
-  for (std::uint8_t c = 0; c < 2; ++c) {
-    pools_[c] = std::make_unique<eager::SrqPool>(
-        *pd_, eager::SrqPool::Params{.pool_id = c,
-                                     .kind = data_kind,
-                                     .thread = 0,
-                                     .generation = 1,
-                                     .capacity = caps[c],
-                                     .grh_bytes = grh,
-                                     .depth = res_.srq_depth,
-                                     .spare = spare,
-                                     .watermark = res_.low_watermark,
-                                     .batch = res_.refill_batch});
+  for (std::uint8_t c = 0; c < kNumClasses; ++c) {
+    pools_[c] = std::make_unique<eager::SrqPool>(*pd_, data_pool_params(c, res_));
   }
-  pools_[kPoolCtrl] = std::make_unique<eager::SrqPool>(
-      *pd_, eager::SrqPool::Params{.pool_id = kPoolCtrl,
-                                   .kind = protocol::WrKind::kUdRecv,
-                                   .thread = 0,
-                                   .generation = 1,
-                                   .capacity = kCtrlCapacity,
-                                   .grh_bytes = static_cast<std::uint32_t>(eager::kGrhBytes),
-                                   .depth = kCtrlDepth,
-                                   .spare = 16,
-                                   .watermark = 8,
-                                   .batch = 8});
+  pools_[kPoolCtrl] = std::make_unique<eager::SrqPool>(*pd_, ctrl_pool_params());
   for (int c = 0; c < kNumPools; ++c) {
     eager::SrqPool* p = pools_[c].get();
     events_->on(IBV_EVENT_SRQ_LIMIT_REACHED, p->srq(), [this, p, c](const ibv_async_event&) {
@@ -260,24 +329,18 @@ void Worker::setup() {
     });
   }
 
-  // Send resources of the (single, for now) posting thread.
-  threads_.resize(static_cast<std::size_t>(nthreads));
+  // Send resources of the (single, for now) posting thread. A context joins threads_ only whole,
+  // so that a setup that fails half-way tears down only what exists.
   for (int t = 0; t < nthreads; ++t) {
-    ThreadCtx& tc = threads_[static_cast<std::size_t>(t)];
+    ThreadCtx tc;
     tc.index = static_cast<std::uint16_t>(t);
-    const auto hdr = static_cast<std::uint32_t>(protocol::kHeaderSize);
-    tc.send = std::make_unique<eager::SendPool>(
-        *pd_,
-        eager::SendPool::Params{
-            .thread = tc.index,
-            .capacity = {std::max(hdr + res_.small_buf, hdr + kCtrlCapacity), hdr + res_.large_buf},
-            .count = {kSendSmallBuffers, kSendLargeBuffers},
-            .descs = kSendDescs});
+    tc.send = std::make_unique<eager::SendPool>(*pd_, send_pool_params(tc.index, res_));
     tc.sync.resize(kSyncSlots);
     tc.sync_free.resize(kSyncSlots);
     for (std::uint32_t i = 0; i < kSyncSlots; ++i) {
       tc.sync_free[i] = kSyncSlots - 1 - i;
     }
+    threads_.push_back(std::move(tc));
   }
 
   // UD QPs: the control QP (always) and, in UD mode, one data QP per size class. The first one

@@ -197,6 +197,16 @@ class Worker {
  private:
   explicit Worker(const rdmx_config_t& config);
   void setup();  // throws verbs::Error
+  // The buffers setup registers, from the resolved sizes: one home for their parameters, used to
+  // size them against the pinning limit and to make them.
+  static eager::SrqPool::Params data_pool_params(std::uint8_t c, const Resolved& r) noexcept;
+  static eager::SrqPool::Params ctrl_pool_params() noexcept;
+  static eager::SendPool::Params send_pool_params(std::uint16_t thread, const Resolved& r) noexcept;
+  static std::size_t setup_pinned_bytes(const Resolved& r) noexcept;
+  // Under a finite locked-memory limit (`ulimit -l`; Debian gives non-root users 8 MiB) lowers
+  // res_.srq_depth until setup's buffers fit in 3/4 of it, or throws SetupError naming the limit,
+  // the need and the fixes.
+  void fit_pinned_memory(std::uint32_t mtu);
   void teardown() noexcept;
 
   // --- peers and connections (wireup.cc)

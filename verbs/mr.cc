@@ -1,6 +1,9 @@
 #include "verbs/mr.h"
 
+#include <linux/capability.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -25,6 +28,20 @@ std::string memlock_limit() {
 }
 
 }  // namespace
+
+std::optional<std::size_t> pinning_limit() noexcept {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[2]{};
+  if (syscall(SYS_capget, &hdr, caps) == 0 &&
+      (caps[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))) != 0) {
+    return std::nullopt;
+  }
+  rlimit lim{};
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) {
+    return std::nullopt;
+  }
+  return static_cast<std::size_t>(lim.rlim_cur);
+}
 
 MemoryRegion MemoryRegion::create(const ProtectionDomain& pd, void* addr, std::size_t length,
                                   int access) {

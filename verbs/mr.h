@@ -6,10 +6,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "verbs/pd.h"
 
 namespace rdmx::verbs {
+
+// The bytes this process may pin (RLIMIT_MEMLOCK, which ibv_reg_mr counts against), or nullopt
+// when it may pin without limit (RLIM_INFINITY, or CAP_IPC_LOCK, as root has).
+std::optional<std::size_t> pinning_limit() noexcept;
 
 class MemoryRegion {
  public:

@@ -195,6 +195,51 @@ TEST_P(Teardown, DestroyWithTrafficInFlightAccountsForEverything) {
   std::printf("%d cycles in %.2f s\n", kCycles, seconds_since(t0));
 }
 
+// Workers whose setup fails half-way (the pinning limit runs out at some registration: the
+// workers made before hold most of it) tear down what they made: the create returns
+// RDMX_ERR_NO_MEMORY, nothing crashes, no verbs object is left once the others are destroyed,
+// and a worker fits again.
+TEST_P(Teardown, SetupThatFailsHalfWayLeavesNothing) {
+  const rdmx_transport_t t = GetParam();
+  EXPECT_TRUE(run_ranks(1, [&](Rank& rank) {
+    // Each worker fits alone (RC at a lowered SRQ depth); a few together do not.
+    if (!limit_pinning(5u << 20)) {
+      rank.fail(__FILE__, __LINE__, "cannot drop CAP_IPC_LOCK / lower RLIMIT_MEMLOCK");
+    }
+    RdmaLeakCheck leaks;
+    leaks.baseline();
+    const rdmx_config_t cfg = test_config(device_for(0, false), t);
+    std::vector<rdmx_worker_t*> made;
+    int failures = 0;
+    while (failures < 3) {
+      RDMX_CHECK(rank, made.size() < 8);  // the limit must run out
+      rdmx_worker_t* w = nullptr;
+      const int rc = rdmx_worker_create(&cfg, &w);
+      if (rc == RDMX_OK) {
+        RDMX_CHECK(rank, failures == 0);  // none fits after the first refusal
+        made.push_back(w);
+        continue;
+      }
+      RDMX_CHECK_EQ(rank, rc, RDMX_ERR_NO_MEMORY);
+      RDMX_CHECK(rank, w == nullptr);
+      ++failures;
+    }
+    RDMX_CHECK(rank, !made.empty());
+    std::printf("%s: %zu workers fit under 5 MiB, the next failed cleanly 3 times\n",
+                t == RDMX_TRANSPORT_RC ? "rc" : "ud", made.size());
+    for (rdmx_worker_t* w : made) {
+      rdmx_worker_destroy(w);
+    }
+    const auto leak = leaks.no_new_objects();
+    if (!leak) {
+      rank.fail(__FILE__, __LINE__, leak.message());
+    }
+    rdmx_worker_t* again = nullptr;
+    RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &again));
+    rdmx_worker_destroy(again);
+  }));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transport, Teardown,
                          ::testing::Values(RDMX_TRANSPORT_RC, RDMX_TRANSPORT_UD), transport_name);
 
