@@ -2,6 +2,7 @@
 # missing, so a second run costs nothing. Needs root (apt-get).
 rdmx_packages=(
   build-essential cmake pkg-config git libgtest-dev
+  clang-14 libclang-rt-14-dev
   libibverbs-dev rdma-core ibverbs-utils ibverbs-providers perftest
   iproute2 kmod cpio busybox-static qemu-system-x86
   openmpi-bin libopenmpi-dev libucx0 libucx-dev ucx-utils hpcc

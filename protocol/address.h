@@ -62,8 +62,8 @@ using AddressBytes = std::array<std::uint8_t, kAddressSize>;
 
 AddressBytes encode_address(const WorkerAddress& address) noexcept;
 
-// RDMX_OK, RDMX_ERR_INVALID_PARAM (null/short) or RDMX_ERR_BAD_ADDRESS (wrong magic or version,
-// inconsistent fields).
+// RDMX_OK, RDMX_ERR_INVALID_PARAM (null data or out) or RDMX_ERR_BAD_ADDRESS (wrong length,
+// magic or version, inconsistent fields). *out is written only on RDMX_OK.
 int decode_address(const void* data, std::size_t length, WorkerAddress* out) noexcept;
 
 }  // namespace rdmx::protocol

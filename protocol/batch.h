@@ -76,7 +76,7 @@ class BatchWriter {
 };
 
 // Walks a received batch. A record that runs past the payload, or a count that does not match
-// the records, ends the walk with malformed() set: what came before it was valid.
+// the records, ends the walk with malformed() set, for good: what came before it was valid.
 class BatchReader {
  public:
   struct Message {
@@ -91,7 +91,8 @@ class BatchReader {
   // The next message, or false at the end (or at the first bad record).
   bool next(Message* m) noexcept {
     if (left_ == 0) {
-      malformed_ = pos_ != payload_.size();
+      // |=: a walk stopped by a bad record (left_ zeroed) must stay malformed when asked again.
+      malformed_ |= pos_ != payload_.size();
       return false;
     }
     if (payload_.size() - pos_ < sizeof(BatchRecord)) {

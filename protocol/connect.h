@@ -29,8 +29,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <type_traits>
 
 #include "protocol/address.h"
+#include "protocol/wire.h"
 
 namespace rdmx::protocol {
 
@@ -62,5 +65,14 @@ static_assert(offsetof(ConnectBody, target_uid) == 8 &&
               offsetof(ConnectBody, target_instance) == 16);
 static_assert(offsetof(ConnectBody, rc_qpn) == 24 && offsetof(ConnectBody, rc_psn) == 32);
 static_assert(offsetof(ConnectBody, address) == 40 && sizeof(ConnectBody) == 120);
+static_assert(std::is_trivially_copyable_v<ConnectBody>);
+
+// The body and the sender's address of a control message whose header `h` validate() accepted
+// (`message`: all its bytes). False, with *body and *from untouched, unless it is a kConnect that
+// carries exactly one ConnectBody whose address blob decodes. Whether it is for this worker
+// (target_uid, target_instance) is the caller's to check. Apart from the transport so that
+// tests/fuzz can run the receive path's parse without a device.
+bool decode_connect(const MsgHeader& h, std::span<const std::byte> message, ConnectBody* body,
+                    WorkerAddress* from) noexcept;
 
 }  // namespace rdmx::protocol

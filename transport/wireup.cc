@@ -372,13 +372,10 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
     }
     return;
   }
-  if (kind != protocol::MsgKind::kConnect || h.payload_length != sizeof(ConnectBody)) {
-    return;
-  }
-  const auto body = protocol::load_wire<ConnectBody>(msg + protocol::kHeaderSize);
+  ConnectBody body;
   WorkerAddress from;
-  if (decode_address(body.address, kAddressSize, &from) != RDMX_OK || body.target_uid != uid_ ||
-      (body.target_instance != 0 && body.target_instance != instance_)) {
+  if (!protocol::decode_connect(h, std::span(msg, length), &body, &from) ||
+      body.target_uid != uid_ || (body.target_instance != 0 && body.target_instance != instance_)) {
     return;  // not for this worker (or for an earlier incarnation of it)
   }
   if (body.op == connect_op::kPing || body.op == connect_op::kPong) {

@@ -95,5 +95,16 @@ TEST(Batch, HugeLengthDoesNotWrapTheBoundsCheck) {
   EXPECT_TRUE(r.malformed());
 }
 
+// Found by tests/fuzz/batch_records (reproducer in tests/fuzz/crashes/batch_records): a second
+// next() after a walk stopped by a bad record used to clear malformed().
+TEST(Batch, MalformedStaysSetWhenAskedAgain) {
+  BatchReader r(std::span<const std::byte>(), 0x20000000);  // records promised, no bytes
+  BatchReader::Message m{};
+  EXPECT_FALSE(r.next(&m));
+  EXPECT_TRUE(r.malformed());
+  EXPECT_FALSE(r.next(&m));
+  EXPECT_TRUE(r.malformed());
+}
+
 }  // namespace
 }  // namespace rdmx::protocol
