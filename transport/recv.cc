@@ -35,6 +35,12 @@ Request* owner_of(protocol::PostedRecv* pr) {
   return static_cast<RecvNode*>(pr)->owner;
 }
 
+// The bytes after the GRH. A completion shorter than its GRH (no conforming device makes one)
+// gives 0, which validate() rejects, rather than a wrapped length it could accept.
+inline std::size_t payload_bytes(const ibv_wc& wc, std::uint32_t grh_bytes) noexcept {
+  return wc.byte_len >= grh_bytes ? wc.byte_len - grh_bytes : 0;
+}
+
 }  // namespace
 
 // --- requests -----------------------------------------------------------------------------
@@ -418,7 +424,7 @@ void Worker::on_recv_completion(const ibv_wc& wc) {
     if (drop_for_test()) {
       ++stat_ud_dropped_test_;
     } else {
-      on_ctrl_message(pool.message(buf), wc.byte_len - eager::kGrhBytes, wc);
+      on_ctrl_message(pool.message(buf), payload_bytes(wc, eager::kGrhBytes), wc);
     }
     pool.release(buf);
     return;
@@ -429,7 +435,7 @@ void Worker::on_recv_completion(const ibv_wc& wc) {
 inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc) {
   const std::uint8_t pid = pool.params().pool_id;
   const std::byte* msg = pool.message(buf);
-  const std::size_t length = wc.byte_len - pool.params().grh_bytes;
+  const std::size_t length = payload_bytes(wc, pool.params().grh_bytes);
   if (ud_mode_ && drop_for_test()) {
     ++stat_ud_dropped_test_;
     pool.release(buf);
