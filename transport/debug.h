@@ -2,6 +2,8 @@
 // the report of the last rdmx_worker_destroy in this process, and a hold on SRQ refills.
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -48,5 +50,12 @@ DestroyReport last_destroy_report();
 // credits as if they were full: senders then meet empty SRQs (RNR NAKs), a state rdmx's credits
 // otherwise never let happen. For tests of the RNR paths (rdmx_config_t.rc_rnr_retry).
 void hold_srq_refills(rdmx_worker_t* worker, bool hold);
+
+// Hands the worker an asynchronous event as if the device had reported it (transport/faults.cc),
+// on one of its objects: for the faults rxe cannot be made to report on demand.
+enum class EventOn { kRecvCq, kSmallSrq, kCtrlQp, kPeerRcQp, kPort, kDevice };
+// kPeerRcQp: the first RC QP to the peer with this uid (0 for the others). false: no such object.
+bool inject_async_event(rdmx_worker_t* worker, ibv_event_type type, EventOn on,
+                        std::uint64_t peer_uid = 0);
 
 }  // namespace rdmx::transport::debug

@@ -30,6 +30,10 @@ namespace rdmx::transport {
 void Worker::run_watchdogs(std::uint64_t now) {
   next_watchdog_us_ = now + kWatchdogPeriodUs;
   run_liveness(now);
+  check_port(now);
+  if (ud_qps_in_error_ != 0) [[unlikely]] {
+    recover_ud_qps();
+  }
   if (!ud_mode_) {
     run_rc_watchdog(now);
   }
@@ -95,15 +99,15 @@ void Worker::on_ping(Peer& peer, std::uint8_t op) {
   }
 }
 
-std::size_t Worker::fail_posted_recvs(Peer& peer, int code) {
+std::size_t Worker::fail_posted_recvs(const Peer* peer, int code) {
   // Failure path only: a walk over the active requests.
   std::size_t failed = 0;
   Request* r = active_head_;
   while (r != nullptr) {
     Request* next = r->active_next;  // complete() unlinks r
     if (r->type == ReqType::kRecv && r->state == ReqState::kActive && r->recv.posted() &&
-        r->recv.spec.source == peer.index && matcher_.cancel(r->recv)) {
-      r->status.source = peer.uid;
+        (peer == nullptr || r->recv.spec.source == peer->index) && matcher_.cancel(r->recv)) {
+      r->status.source = peer != nullptr ? peer->uid : RDMX_ANY_SOURCE;
       r->status.length = 0;
       complete(r, code);
       ++failed;

@@ -206,28 +206,6 @@ int Worker::wait(Request* r, rdmx_status_t* status, int timeout_ms) {
   return r->status.error;
 }
 
-void Worker::handle_async_events() {
-  try {
-    while (auto e = events_->poll(std::chrono::milliseconds(0))) {
-      // SRQ limit events went to the pools' handlers inside poll(); here is what nobody took.
-      const ibv_event_type t = e->event_type;
-      if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
-        for (auto& p : peers_) {
-          for (auto& qp : p->rc_qp) {
-            if (qp && qp->get() == e->element.qp) {
-              fail_peer(*p, RDMX_ERR_UNREACHABLE, verbs::event_name(t));
-            }
-          }
-        }
-      } else if (config_.verbose >= 2) {
-        std::fprintf(stderr, "rdmx: async event %s\n", verbs::event_name(t));
-      }
-    }
-  } catch (const verbs::Error& e) {
-    verbs::log_verb_failure(e.verb(), e.errnum(), "reading async events");
-  }
-}
-
 bool Worker::drop_for_test() noexcept {
   if (drop_threshold_ == 0) [[likely]] {
     return false;
@@ -340,8 +318,13 @@ void Worker::on_send_completion(const ibv_wc& wc) {
         std::fprintf(stderr, "rdmx: RC send to %016llx failed: %s\n",
                      static_cast<unsigned long long>(failed->uid), ibv_wc_status_str(wc.status));
       }
-    } else if (wc.status != IBV_WC_WR_FLUSH_ERR && config_.verbose >= 1) {
-      std::fprintf(stderr, "rdmx: send failed: %s\n", ibv_wc_status_str(wc.status));
+    } else if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+      // A shared UD QP: the send error moved it to an error state (rxe: when the link is
+      // down), which reliability cannot ride through by itself: faults.cc brings it back.
+      note_ud_qp_error(desc.queue);
+      if (config_.verbose >= 1) {
+        std::fprintf(stderr, "rdmx: send failed: %s\n", ibv_wc_status_str(wc.status));
+      }
     }
   }
   if (desc.peer != nullptr && !ud_mode_) {
@@ -780,11 +763,11 @@ int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std
     release_message(d);
     return RDMX_OK;
   }
-  if (p != nullptr && p->dead) [[unlikely]] {
-    // Nothing it sent before dying matches, and nothing more will come.
+  if ((p != nullptr && p->dead) || failed_code_ != 0) [[unlikely]] {
+    // Nothing it sent before dying (or the worker failing) matches, and nothing more will come.
     (void)matcher_.cancel(r->recv);
     r->state = ReqState::kIdle;
-    return RDMX_ERR_UNREACHABLE;
+    return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
   }
   activate(r);
   return RDMX_OK;

@@ -774,7 +774,7 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   std::size_t recvs = 0;
   if (dead && !closing_) {
     peer.dead = true;
-    recvs = fail_posted_recvs(peer, code);
+    recvs = fail_posted_recvs(&peer, code);
     failed_uids_.push_back(peer.uid);
   }
   // Quiet unless it costs the user something: a peer leaving (kDisconnect at its finalize) with
@@ -809,8 +809,8 @@ int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::ui
       (flags & ~unsigned{RDMX_SEND_SYNC | RDMX_SEND_FLUSH}) != 0) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  if (peer.state == PeerState::kFailed) {
-    return RDMX_ERR_UNREACHABLE;
+  if (peer.state == PeerState::kFailed) [[unlikely]] {
+    return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
   }
   // Above the threshold (and anything the peer's eager buffers cannot take): rendezvous.
   const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);

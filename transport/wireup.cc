@@ -467,6 +467,9 @@ int Worker::ep_create(const void* address, std::size_t length, rdmx_ep** ep) {
   if (address == nullptr || ep == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
+  if (failed_code_ != 0) [[unlikely]] {
+    return failed_code_;  // fail_worker said why
+  }
   WorkerAddress a;
   if (const int rc = decode_address(address, length, &a); rc != RDMX_OK) {
     return rc;

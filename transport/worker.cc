@@ -212,6 +212,12 @@ void Worker::fit_pinned_memory(std::uint32_t mtu) {
   res_ = r;
 }
 
+void Worker::bring_up_ud(verbs::QueuePair& qp) {
+  qp.to_init(verbs::UdInitAttr{.qkey = kQkey, .port_num = port_, .pkey_index = 0});
+  qp.to_rtr();
+  qp.to_rts(verbs::UdRtsAttr{.sq_psn = 0});
+}
+
 void Worker::setup() {
   // The verbs layer's informational lines follow the most verbose worker (MCA or RDMX_VERBOSE).
   if (config_.verbose > verbs::log_level()) {
@@ -364,9 +370,7 @@ void Worker::setup() {
                                                                     .max_inline_data = inl},
                                                            .sq_sig_all = false}));
         max_inline_ = qp->caps().max_inline_data;
-        qp->to_init(verbs::UdInitAttr{.qkey = kQkey, .port_num = port_, .pkey_index = 0});
-        qp->to_rtr();
-        qp->to_rts(verbs::UdRtsAttr{.sq_psn = 0});
+        bring_up_ud(*qp);
         return qp;
       } catch (const verbs::Error& e) {
         if (inl == 0 || e.verb() != "ibv_create_qp") {
@@ -717,6 +721,7 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.dropped_malformed = stat_dropped_malformed_;
   s.dropped_foreign = stat_dropped_foreign_;
   s.rc_kicks = stat_rc_kicks_;
+  s.ud_qp_resets = stat_ud_qp_resets_;
   std::uint64_t qps = ctrl_qp_ ? 1 : 0;
   for (const auto& q : ud_qp_) {
     qps += q ? 1 : 0;
@@ -873,6 +878,11 @@ std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint6
 
 void hold_srq_refills(rdmx_worker_t* worker, bool hold) {
   worker->impl->hold_refills_for_test(hold);
+}
+
+bool inject_async_event(rdmx_worker_t* worker, ibv_event_type type, EventOn on,
+                        std::uint64_t peer_uid) {
+  return worker->impl->inject_async_event(type, on, peer_uid);
 }
 
 DestroyReport last_destroy_report() {

@@ -193,6 +193,7 @@ class Worker {
   void dump() const;
   std::vector<debug::RcReadLimits> rc_read_limits(std::uint64_t peer_uid) const;
   void hold_refills_for_test(bool hold) noexcept;
+  bool inject_async_event(ibv_event_type type, debug::EventOn on, std::uint64_t peer_uid);
 
  private:
   explicit Worker(const rdmx_config_t& config);
@@ -207,6 +208,7 @@ class Worker {
   // res_.srq_depth until setup's buffers fit in 3/4 of it, or throws SetupError naming the limit,
   // the need and the fixes.
   void fit_pinned_memory(std::uint32_t mtu);
+  void bring_up_ud(verbs::QueuePair& qp);  // RESET -> INIT -> RTR -> RTS
   void teardown() noexcept;
 
   // --- peers and connections (wireup.cc)
@@ -292,7 +294,7 @@ class Worker {
   void run_liveness(std::uint64_t now_us);
   void on_ping(Peer& peer, std::uint8_t op);  // UD: protocol::connect_op::kPing /
                                               // protocol::connect_op::kPong from the control QP
-  std::size_t fail_posted_recvs(Peer& peer, int code);
+  std::size_t fail_posted_recvs(const Peer* peer, int code);  // nullptr: every posted receive
   void notify_peer_failures();
 
   // --- receive path (recv.cc)
@@ -318,8 +320,16 @@ class Worker {
   [[gnu::always_inline]] void finish_recv(Request* request, Peer& peer, std::uint64_t tag,
                                           protocol::MsgKind kind, std::uint32_t aux,
                                           const std::byte* payload, std::size_t length);
-  void handle_async_events();
   bool drop_for_test() noexcept;
+
+  // --- faults the device reports (faults.cc)
+  void handle_async_events();
+  void on_async_event(const ibv_async_event& event);
+  void check_port(std::uint64_t now_us);  // from run_watchdogs
+  void fail_worker(int code, const std::string& why);
+  // A send on a shared UD QP (control, or UD mode's data QPs) failed: the QP is in an error state.
+  void note_ud_qp_error(const eager::SendQueue* queue) noexcept;
+  void recover_ud_qps();  // from run_watchdogs
 
   // --- RC eager rings (ring.cc, protocol/ring.h)
   void offer_ring(Peer& peer);
@@ -470,6 +480,9 @@ class Worker {
   std::uint32_t rc_credit_window_ = 0;  // update_rc_credit_window
   bool closing_ = false;
   bool hold_refills_for_test_ = false;  // debug::hold_srq_refills: the data classes' SRQs
+  int failed_code_ = 0;                 // fail_worker: what every request gets from now on
+  std::uint64_t port_down_us_ = 0;      // IBV_EVENT_PORT_ERR seen, no PORT_ACTIVE since
+  std::uint32_t ud_qps_in_error_ = 0;   // bit c: ud_qp_[c]; bit kNumClasses: ctrl_qp_
   // Liveness (liveness.cc): a probe found nothing since the last watchdog run (the application
   // waits in a probe loop), and dead peers whose callback has not run yet.
   bool probe_waiting_ = false;
@@ -488,6 +501,7 @@ class Worker {
   std::uint64_t stat_ud_retransmits_ = 0;
   std::uint64_t stat_ud_duplicates_ = 0;
   std::uint64_t stat_ud_dropped_test_ = 0;
+  std::uint64_t stat_ud_qp_resets_ = 0;
   std::uint64_t stat_rnr_exceeded_ = 0;       // own sends failed with IBV_WC_RNR_RETRY_EXC_ERR
   std::uint64_t stat_rc_kicks_ = 0;           // stalled RC QPs given a doorbell by the watchdog
   std::uint64_t stat_dropped_malformed_ = 0;  // failed validation or unknown src_ep

@@ -249,6 +249,11 @@ void QueuePair::to_error() {
   modify(attr, 0, IBV_QPS_ERR, "");
 }
 
+void QueuePair::to_reset() {
+  ibv_qp_attr attr{};
+  modify(attr, 0, IBV_QPS_RESET, "");
+}
+
 ChainPostResult QueuePair::post_send(ibv_send_wr* chain) noexcept {
   if (closing_) [[unlikely]] {
     return ChainPostResult{.error = ESHUTDOWN, .posted = 0, .bad_wr = chain};
