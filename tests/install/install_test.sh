@@ -8,7 +8,10 @@
 #      installed rdmx.pc, and by a CMake project that only says find_package(rdmx) and links
 #      rdmx::rdmx (cmake_consumer/), each run too;
 #   3. with `plugin` (the build has one): ompi_info finds the installed plugin in
-#      <prefix>/lib/rdmx/openmpi, whose RPATH must lead to the installed librdmx.so.
+#      <prefix>/lib/rdmx/openmpi, whose RPATH must lead to the installed librdmx.so, and the
+#      install said how to point Open MPI at that folder;
+#   4. with `plugin`, installed for Open MPI's own prefix (under DESTDIR, so the system is not
+#      touched): the plugin lands in Open MPI's component folder, and the install says so.
 set -eu
 build=$1 src=$2 libdir=$3 plugin=${4:-} cflags=${5:-}
 prefix=$(mktemp -d /tmp/rdmx-install.XXXXXX)
@@ -56,5 +59,21 @@ if [ "$plugin" = plugin ]; then
   echo "$out" | grep -q "MCA mtl: rdmx" ||
     { echo "$out" | grep -i "rdmx\|error" >&2; fail "ompi_info does not list the installed plugin"; }
   echo "install_test: ompi_info lists the installed plugin ($plugin_dir)"
+  grep -q "point Open MPI at it with --mca mca_base_component_path $ompi_dir:$plugin_dir" \
+    "$prefix/install.log" || fail "the install did not say how to point Open MPI at $plugin_dir"
+
+  ompi_prefix=$(ompi_info --parsable --path prefix | sed -n 's/^path:prefix://p')
+  dest=$prefix/destdir
+  DESTDIR=$dest cmake --install "$build" --prefix "$ompi_prefix" >"$prefix/system.log" 2>&1 ||
+    { cat "$prefix/system.log" >&2; fail "DESTDIR=$dest cmake --install --prefix $ompi_prefix"; }
+  [ -f "$dest$ompi_dir/mca_mtl_rdmx.so" ] ||
+    fail "installing for $ompi_prefix did not put mca_mtl_rdmx.so in $ompi_dir"
+  grep -q "is in Open MPI's component folder $ompi_dir" "$prefix/system.log" ||
+    fail "the install for $ompi_prefix did not say where the plugin went"
+  # Where it will be found: as the system folder itself (librdmx.so from the same DESTDIR).
+  out=$(LD_LIBRARY_PATH="$dest$ompi_prefix/$libdir" \
+    OMPI_MCA_mca_base_component_path="$ompi_dir:$dest$ompi_dir" ompi_info 2>&1) || true
+  echo "$out" | grep -q "MCA mtl: rdmx" || fail "ompi_info cannot load $dest$ompi_dir/mca_mtl_rdmx.so"
+  echo "install_test: for $ompi_prefix the plugin goes to $ompi_dir"
 fi
 echo "install_test: ok"
