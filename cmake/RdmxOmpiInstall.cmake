@@ -7,6 +7,10 @@ get_filename_component(_prefix "${CMAKE_INSTALL_PREFIX}" ABSOLUTE)
 set(_plugin "${_prefix}/${RDMX_OMPI_PLUGIN_DIR}/mca_mtl_rdmx.so")
 if(RDMX_OMPI_PREFIX AND RDMX_OMPI_COMPONENTS AND _prefix STREQUAL RDMX_OMPI_PREFIX)
   file(INSTALL "$ENV{DESTDIR}${_plugin}" DESTINATION "${RDMX_OMPI_COMPONENTS}")
+  if(RDMX_LIBDIR)  # a shared librdmx: this copy finds it by absolute path, not $ORIGIN
+    file(RPATH_SET FILE "$ENV{DESTDIR}${RDMX_OMPI_COMPONENTS}/mca_mtl_rdmx.so"
+         NEW_RPATH "${_prefix}/${RDMX_LIBDIR}")
+  endif()
   message(STATUS "mca_mtl_rdmx.so is in Open MPI's component folder ${RDMX_OMPI_COMPONENTS}: "
                  "mpirun --mca pml cm --mca mtl rdmx and ompi_info find it with no setting")
 elseif(RDMX_OMPI_COMPONENTS)

@@ -150,9 +150,13 @@ void SrqPool::maybe_rearm() noexcept {
   }
 }
 
-int SrqPool::on_limit_event() noexcept {
+void SrqPool::note_limit_event() noexcept {
   ++counters_.limit_events;
-  armed_ = false;
+  armed_ = false;  // the event disarmed the limit: the next refill arms it again
+}
+
+int SrqPool::on_limit_event() noexcept {
+  note_limit_event();
   const int n = refill(true);
   maybe_rearm();
   return n;

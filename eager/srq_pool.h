@@ -129,6 +129,8 @@ class SrqPool {
   }
   // IBV_EVENT_SRQ_LIMIT_REACHED: refill everything free and re-arm the limit.
   int on_limit_event() noexcept;
+  // The same event, counted, with the refill left to the caller (whose refill re-arms).
+  void note_limit_event() noexcept;
   // Re-arms when a previous arm had to wait for the level to rise above the watermark.
   void maybe_rearm() noexcept;
 

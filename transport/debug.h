@@ -1,9 +1,11 @@
 // Test and debug hooks that are not part of the public C API: wr_id accounting of a live worker,
-// the report of the last rdmx_worker_destroy in this process, and a hold on SRQ refills.
+// the report of the last rdmx_worker_destroy in this process, and the means to reach failure
+// paths a healthy run never takes (a hold on SRQ refills, raw messages, device events).
 #pragma once
 
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -50,6 +52,20 @@ DestroyReport last_destroy_report();
 // credits as if they were full: senders then meet empty SRQs (RNR NAKs), a state rdmx's credits
 // otherwise never let happen. For tests of the RNR paths (rdmx_config_t.rc_rnr_retry).
 void hold_srq_refills(rdmx_worker_t* worker, bool hold);
+// Receive buffers posted now to the SRQ of size class `size_class` (0 small, 1 large).
+std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class);
+
+// UD mode: sends a whole message as the peer will read it (header included) to the peer's
+// small-class UD QP from this worker's own, so the peer takes it as coming from us. For tests of
+// what a misbehaving peer can send. kAsIs: every byte as given, outside the reliable stream;
+// kInStream: our endpoint index at the peer in src_ep and the stream's next sequence number plus
+// the given seq in seq, without taking that number (a peer that accepted the message would then
+// drop our next real one as a duplicate); kSequenced: src_ep, the next sequence number and our
+// ack, in the reliable stream (resent until acked). false: not UD mode, no such connected peer,
+// too long, or no room now (progress and retry).
+enum class Raw { kAsIs, kInStream, kSequenced };
+bool send_raw(rdmx_worker_t* worker, std::uint64_t peer_uid, const void* bytes, std::size_t length,
+              Raw how);
 
 // Hands the worker an asynchronous event as if the device had reported it (transport/faults.cc),
 // on one of its objects: for the faults rxe cannot be made to report on demand.

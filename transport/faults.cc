@@ -39,6 +39,9 @@ void Worker::on_async_event(const ibv_async_event& e) {
       for (auto& p : peers_) {
         for (auto& q : p->rc_qp) {
           if (q && q->get() == qp) {
+            for (auto& sq : p->rc_sq) {
+              sq.close();  // as for a failed send: nothing more is posted to the dead QPs
+            }
             fail_peer(*p, RDMX_ERR_UNREACHABLE, (name + " on its RC QP").c_str());
             return;
           }
@@ -146,26 +149,38 @@ void Worker::note_ud_qp_error(const eager::SendQueue* queue) noexcept {
 void Worker::recover_ud_qps() {
   for (int i = 0; i <= kNumClasses; ++i) {
     const bool ctrl = i == kNumClasses;
+    if ((ud_qps_in_error_ & (1u << i)) == 0) {
+      continue;
+    }
     eager::SendQueue& sq = ctrl ? ctrl_sq_ : ud_sq_[i];
-    verbs::QueuePair& qp = ctrl ? *ctrl_qp_ : *ud_qp_[i];
-    // Once every WR posted before the error has completed (flushed), the QP holds nothing: a
-    // UD QP comes back from RESET with the same number and qkey, so peers' address handles stay
-    // valid and reliability resends what the error lost.
-    if ((ud_qps_in_error_ & (1u << i)) == 0 || sq.outstanding() != 0) {
+    verbs::QueuePair* qp = ctrl ? ctrl_qp_.get() : ud_qp_[i].get();
+    // Once every WR posted before the error has completed (flushed), the QP holds nothing of
+    // ours: it comes back with the same number and qkey, so peers' address handles stay valid,
+    // and reliability resends what the error lost.
+    if (qp == nullptr || sq.outstanding() != 0) {
       continue;
     }
     try {
-      qp.to_reset();
-      bring_up_ud(qp);
+      if (qp->query(IBV_QP_STATE).qp_state == IBV_QPS_SQE) {
+        qp->to_rts_from_sqe();  // the verbs state for a UD send error: its receives are intact
+      } else {
+        // ERR (rxe): through RESET, which on some providers also discards the QP's completions
+        // still in the receive CQ: take them first.
+        while (poll_cq(recv_cq_->get(), true) > 0) {
+        }
+        qp->to_reset();
+        bring_up_ud(*qp);
+      }
     } catch (const verbs::Error& e) {
-      fail_worker(RDMX_ERR_IO, std::string("a UD QP in error could not be reset: ") + e.what());
+      fail_worker(RDMX_ERR_IO,
+                  std::string("a UD QP in error could not be brought back: ") + e.what());
       return;
     }
     ud_qps_in_error_ &= ~(1u << i);
     ++stat_ud_qp_resets_;
     if (config_.verbose >= 1) {
-      std::fprintf(stderr, "rdmx: UD QP %u was in error after a failed send: reset\n",
-                   qp.get()->qp_num);
+      std::fprintf(stderr, "rdmx: UD QP %u was in error after a failed send: back to RTS\n",
+                   qp->get()->qp_num);
     }
   }
 }
@@ -175,6 +190,7 @@ void Worker::fail_worker(int code, const std::string& why) {
     return;
   }
   failed_code_ = code;
+  port_down_us_ = 0;  // said once
   std::fprintf(stderr,
                "rdmx: worker %016llx on %s failed: %s; its requests fail and new ones are "
                "refused: destroy it\n",

@@ -498,9 +498,12 @@ inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, con
   release_message(d);
   if (a == protocol::Arrival::kDuplicate) {
     ++stat_ud_duplicates_;
-  } else if (!ud_mode_) {
-    std::fprintf(stderr, "rdmx: RC message seq %u from %016llx outside the order window\n", h.seq,
-                 static_cast<unsigned long long>(p.uid));
+  } else {
+    ++stat_out_of_window_;
+    if (!ud_mode_) {
+      std::fprintf(stderr, "rdmx: RC message seq %u from %016llx outside the order window\n", h.seq,
+                   static_cast<unsigned long long>(p.uid));
+    }
   }
   if (ud_mode_) {
     p.ud_ack->on_duplicate();  // the sender resends: our ack is lost or late
@@ -788,6 +791,9 @@ int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
   protocol::UnexpectedMsg* u = message != nullptr ? matcher_.mprobe(spec) : matcher_.probe(spec);
   if (u == nullptr) {
     probe_waiting_ = true;  // someone waits in a probe loop: keep quiet peers under watch
+    if (failed_code_ != 0) [[unlikely]] {
+      return failed_code_;  // nothing more will come from anyone
+    }
     return p != nullptr && p->dead ? RDMX_ERR_UNREACHABLE : 0;
   }
   const MsgDesc* d = static_cast<MsgDesc*>(u);

@@ -354,6 +354,40 @@ int Worker::post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t
                                                  .peer = &peer});
 }
 
+bool Worker::send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::size_t length,
+                               debug::Raw how) {
+  Peer* p = find_peer(peer_uid);
+  eager::SendPool& pool = *threads_[0].send;
+  if (!ud_mode_ || p == nullptr || p->state != PeerState::kConnected || !p->ah ||
+      length > pool.buffer_capacity(0) ||
+      (how != debug::Raw::kAsIs && length < protocol::kHeaderSize)) {
+    return false;
+  }
+  if (how == debug::Raw::kSequenced) {
+    auto h = protocol::load_wire<protocol::MsgHeader>(static_cast<const std::byte*>(bytes));
+    h.src_ep = p->remote_index;
+    const auto* rest = static_cast<const std::byte*>(bytes) + protocol::kHeaderSize;
+    return post_ud(*p, h, nullptr, 0, rest, length - protocol::kHeaderSize) == PostResult::kPosted;
+  }
+  std::uint32_t buf = 0;
+  if (!ud_sq_[0].has_room() || !pool.alloc_buffer(0, &buf)) {
+    return false;
+  }
+  std::byte* data = pool.buffer(0, buf);
+  std::memcpy(data, bytes, length);
+  if (how == debug::Raw::kInStream) {
+    auto h = protocol::load_wire<protocol::MsgHeader>(data);
+    h.src_ep = p->remote_index;
+    h.seq = protocol::seq_add(p->ud_tx->next_seq(), h.seq);
+    protocol::store_wire(data, h);
+  }
+  if (post_ud_buffer(*p, 0, 0, buf, length, /*want_signal=*/false) != 0) {
+    pool.release_unused(0, buf);
+    return false;
+  }
+  return true;
+}
+
 bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
   eager::SendPool& pool = *threads_[0].send;
   const std::uint8_t bcls = ud_slot_buf_class(slot);

@@ -181,7 +181,8 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
     // meeting an empty SRQ can be late many times in a row, and an RC QP that gives up fails
     // the whole connection. rxe even treats retry_cnt 7 as "for ever"; the RC watchdog (no
     // send completion for peer_timeout_ms) then finds dead peers.
-    // rnr_retry: rc_rnr_retry, by default 7, for ever (the peer's SRQ may run dry under incast).
+    // rnr_retry: rc_rnr_retry, by default 7, for ever: credits keep the peer's SRQ from running
+    // dry, but a refill can lag (an RNR NAK then costs a wait, not the connection).
     peer.rc_qp[c]->to_rts(
         verbs::RcRtsAttr{.sq_psn = peer.rc_psn[c],
                          .timeout = 17,
@@ -347,8 +348,8 @@ void Worker::on_connected(Peer& peer) {
 }
 
 void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv_wc& wc) {
-  if (length < protocol::kHeaderSize) {
-    return;
+  if (length < protocol::kHeaderSize || failed_code_ != 0) {
+    return;  // a failed worker takes no new peer and answers nobody (faults.cc)
   }
   const auto h = protocol::load_wire<protocol::MsgHeader>(msg);
   if (protocol::validate(h, length) != protocol::WireError::kOk) {

@@ -329,8 +329,10 @@ void Worker::setup() {
   for (int c = 0; c < kNumPools; ++c) {
     eager::SrqPool* p = pools_[c].get();
     events_->on(IBV_EVENT_SRQ_LIMIT_REACHED, p->srq(), [this, p, c](const ibv_async_event&) {
-      if (!(hold_refills_for_test_ && c < kNumClasses)) {
-        (void)p->on_limit_event();  // held: hold_refills_for_test(false) refills and re-arms
+      if (hold_refills_for_test_ && c < kNumClasses) {
+        p->note_limit_event();  // hold_refills_for_test(false) refills, which re-arms
+      } else {
+        (void)p->on_limit_event();
       }
     });
   }
@@ -722,6 +724,7 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.dropped_foreign = stat_dropped_foreign_;
   s.rc_kicks = stat_rc_kicks_;
   s.ud_qp_resets = stat_ud_qp_resets_;
+  s.out_of_window = stat_out_of_window_;
   std::uint64_t qps = ctrl_qp_ ? 1 : 0;
   for (const auto& q : ud_qp_) {
     qps += q ? 1 : 0;
@@ -741,6 +744,7 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_copied_bytes = e.copied_bytes;
     s.rndv_read_bytes = e.read_bytes;
     s.rndv_reg_failures = e.reg_failures;
+    s.rndv_stale = e.stale;
   }
   if (rcache_) {
     const rendezvous::RegCacheStats r = rcache_->stats();
@@ -836,7 +840,7 @@ void Worker::hold_refills_for_test(bool hold) noexcept {
   hold_refills_for_test_ = hold;
   if (!hold) {
     for (int c = 0; c < kNumClasses; ++c) {
-      (void)pools_[c]->on_limit_event();  // everything free, and the limit a hold swallowed
+      (void)pools_[c]->refill(true);  // everything free; re-arms a limit a held event disarmed
     }
   }
 }
@@ -876,8 +880,17 @@ std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint6
   return worker->impl->rc_read_limits(peer_uid);
 }
 
+std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class) {
+  return worker->impl->srq_posted(size_class);
+}
+
 void hold_srq_refills(rdmx_worker_t* worker, bool hold) {
   worker->impl->hold_refills_for_test(hold);
+}
+
+bool send_raw(rdmx_worker_t* worker, std::uint64_t peer_uid, const void* bytes, std::size_t length,
+              Raw how) {
+  return worker->impl->send_raw_for_test(peer_uid, bytes, length, how);
 }
 
 bool inject_async_event(rdmx_worker_t* worker, ibv_event_type type, EventOn on,

@@ -193,7 +193,10 @@ class Worker {
   void dump() const;
   std::vector<debug::RcReadLimits> rc_read_limits(std::uint64_t peer_uid) const;
   void hold_refills_for_test(bool hold) noexcept;
+  std::uint32_t srq_posted(int size_class) const noexcept { return pools_[size_class]->posted(); }
   bool inject_async_event(ibv_event_type type, debug::EventOn on, std::uint64_t peer_uid);
+  bool send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::size_t length,
+                         debug::Raw how);
 
  private:
   explicit Worker(const rdmx_config_t& config);
@@ -502,6 +505,7 @@ class Worker {
   std::uint64_t stat_ud_duplicates_ = 0;
   std::uint64_t stat_ud_dropped_test_ = 0;
   std::uint64_t stat_ud_qp_resets_ = 0;
+  std::uint64_t stat_out_of_window_ = 0;
   std::uint64_t stat_rnr_exceeded_ = 0;       // own sends failed with IBV_WC_RNR_RETRY_EXC_ERR
   std::uint64_t stat_rc_kicks_ = 0;           // stalled RC QPs given a doorbell by the watchdog
   std::uint64_t stat_dropped_malformed_ = 0;  // failed validation or unknown src_ep

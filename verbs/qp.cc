@@ -249,6 +249,12 @@ void QueuePair::to_error() {
   modify(attr, 0, IBV_QPS_ERR, "");
 }
 
+void QueuePair::to_rts_from_sqe() {
+  ibv_qp_attr attr{};
+  attr.cur_qp_state = IBV_QPS_SQE;
+  modify(attr, IBV_QP_CUR_STATE, IBV_QPS_RTS, "");
+}
+
 void QueuePair::to_reset() {
   ibv_qp_attr attr{};
   modify(attr, 0, IBV_QPS_RESET, "");

@@ -189,7 +189,8 @@ class QueuePair {
   void to_rts(const RcRtsAttr& attr);
   void to_rts(const UdRtsAttr& attr);
   void to_error();
-  void to_reset();  // from any state; the WRs still queued are discarded without completions
+  void to_reset();         // from any state; the WRs still queued are discarded without completions
+  void to_rts_from_sqe();  // a UD QP in SQE (a send error) back to RTS
 
   // Checked posts (post.h); ESHUTDOWN once shutdown() started.
   ChainPostResult post_send(ibv_send_wr* chain) noexcept;

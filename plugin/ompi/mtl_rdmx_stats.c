@@ -5,7 +5,8 @@
  * The variables are continuous and read-only, and bound to no MPI object: each read asks the
  * worker for its counters under the module lock. Counters read as what has happened since the
  * MPI_T handle was made (Open MPI subtracts the value at MPI_T_pvar_handle_alloc); levels read as
- * they are now. Before the worker exists, and after it is gone, every variable reads 0.
+ * they are now. The worker lives from MPI_Init to MPI_Finalize; should a read come outside it,
+ * every variable reads 0.
  */
 #include <stddef.h>
 #include <stdio.h>

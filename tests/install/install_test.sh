@@ -63,6 +63,9 @@ if [ "$plugin" = plugin ]; then
     "$prefix/install.log" || fail "the install did not say how to point Open MPI at $plugin_dir"
 
   ompi_prefix=$(ompi_info --parsable --path prefix | sed -n 's/^path:prefix://p')
+  # A plugin already in the system folder would answer for the copy checked below.
+  [ ! -e "$ompi_dir/mca_mtl_rdmx.so" ] ||
+    fail "$ompi_dir/mca_mtl_rdmx.so exists already (a system install): remove it to run this test"
   dest=$prefix/destdir
   DESTDIR=$dest cmake --install "$build" --prefix "$ompi_prefix" >"$prefix/system.log" 2>&1 ||
     { cat "$prefix/system.log" >&2; fail "DESTDIR=$dest cmake --install --prefix $ompi_prefix"; }
@@ -70,7 +73,11 @@ if [ "$plugin" = plugin ]; then
     fail "installing for $ompi_prefix did not put mca_mtl_rdmx.so in $ompi_dir"
   grep -q "is in Open MPI's component folder $ompi_dir" "$prefix/system.log" ||
     fail "the install for $ompi_prefix did not say where the plugin went"
-  # Where it will be found: as the system folder itself (librdmx.so from the same DESTDIR).
+  # Its RPATH names the installed librdmx.so by absolute path (here under DESTDIR: the
+  # loader is told where DESTDIR put it).
+  rpath=$(readelf -d "$dest$ompi_dir/mca_mtl_rdmx.so" | sed -n 's/.*R.*PATH.*\[\(.*\)\]/\1/p')
+  [ "$rpath" = "$ompi_prefix/$libdir" ] ||
+    fail "the copy in $ompi_dir has RPATH '$rpath', not $ompi_prefix/$libdir"
   out=$(LD_LIBRARY_PATH="$dest$ompi_prefix/$libdir" \
     OMPI_MCA_mca_base_component_path="$ompi_dir:$dest$ompi_dir" ompi_info 2>&1) || true
   echo "$out" | grep -q "MCA mtl: rdmx" || fail "ompi_info cannot load $dest$ompi_dir/mca_mtl_rdmx.so"

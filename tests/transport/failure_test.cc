@@ -354,25 +354,17 @@ void dry_receiver(rdmx_config_t& c) {
   c.srq_depth = 64;
 }
 
-// Progresses until messages have arrived and then none for `quiet` (the SRQs are dry and the
-// sender is held back, or has failed); fails the rank after 30 s.
-void progress_until_dry(Rank& rank, rdmx_worker_t* w, std::chrono::milliseconds quiet) {
+// Progresses until the small-message SRQ is empty, then for `then` more (the sender meets RNR
+// NAKs, or fails); fails the rank after 30 s.
+void progress_until_dry(Rank& rank, rdmx_worker_t* w, std::chrono::milliseconds then) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto last = t0;
-  std::uint64_t consumed0 = 0, seen = 0;
-  for (bool first = true;; first = false) {
+  while (rdmx::transport::debug::srq_posted(w, 0) != 0) {
     RDMX_CHECK(rank, seconds_since(t0) < 30);
     (void)rdmx_worker_progress(w);
-    rdmx_stats_t st{};
-    RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
-    if (first) {
-      consumed0 = seen = st.srq_consumed;
-    } else if (st.srq_consumed != seen) {
-      seen = st.srq_consumed;
-      last = std::chrono::steady_clock::now();
-    } else if (seen != consumed0 && std::chrono::steady_clock::now() - last > quiet) {
-      return;
-    }
+  }
+  const auto dry = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - dry < then) {
+    (void)rdmx_worker_progress(w);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmx/rdmx.h"
@@ -168,6 +169,23 @@ bool set_link(const std::string& netdev, bool up) {
   return std::system(cmd.c_str()) == 0;
 }
 
+// Whether port 1 of `device` says ACTIVE within `limit`.
+bool port_active_within(const std::string& device, std::chrono::seconds limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    std::ifstream in("/sys/class/infiniband/" + device + "/ports/1/state");
+    std::string number, state;  // e.g. "4: ACTIVE"
+    in >> number >> state;
+    if (state == "ACTIVE") {
+      return true;
+    }
+    if (std::chrono::steady_clock::now() - t0 > limit) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 class PortFault : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -177,10 +195,14 @@ class PortFault : public ::testing::Test {
       GTEST_SKIP() << "no netdev found under " << device_for(0, true) << " (not rxe?)";
     }
   }
-  // Whatever happened, the link is up again for the tests after this one.
+  // Whatever happened, the link is up again, and both ports active, for the tests after this.
   void TearDown() override {
-    if (!netdev_.empty()) {
-      EXPECT_TRUE(set_link(netdev_, true));
+    if (netdev_.empty()) {
+      return;
+    }
+    EXPECT_TRUE(set_link(netdev_, true));
+    for (const std::string& dev : devices()) {
+      EXPECT_TRUE(port_active_within(dev, std::chrono::seconds(10))) << dev;
     }
   }
   void down_for_good(rdmx_transport_t t);
