@@ -34,6 +34,7 @@ struct DestroyReport {
   std::uint32_t requests_failed = 0;  // active requests failed by the destroy
   bool flush_complete = false;        // every buffered send reached its peer before teardown
   std::uint32_t destroy_errors = 0;   // verbs destroy calls that failed
+  std::uint64_t refused_moves = 0;    // state moves refused in this process so far (a bug)
 };
 
 WrIds wr_ids(const rdmx_worker_t* worker);

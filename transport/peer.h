@@ -71,11 +71,23 @@ struct TxRing {
   std::uint32_t taken = 0;      // messages the peer took out again (its ring_ack)
 };
 
-// UD mode: the on-demand RC connection for rendezvous writes.
-//   kNone ──first write needed (room under the cap)──> kConnecting ──reply──> kReady
-//     ^                                                    │                    │
-//     └────────── refused, timed out ──────────────────────┘   retired (LRU) ───┘
+// UD mode: the on-demand RC connection for rendezvous writes. Every change goes through
+// move_to() below, checked against kWriteQpMoves.
+//   kNone ──first write needed (room under the cap)──> kConnecting ──their reply──> kReady
+//     │ ^                                                   │                          │ ^
+//     │ ├───── refused, no answer, cannot connect ──────────┘                          │ │
+//     │ └───── retired (LRU eviction, teardown, the peer closed it) ───────────────────┘ │
+//     └─────── the peer asked first: we accept and connect ──────────────────────────────┘
 enum class WriteQpState : std::uint8_t { kNone, kConnecting, kReady };
+
+inline constexpr StateMoves<WriteQpState, 3> kWriteQpMoves = {
+    .machine = "write connection",
+    .names = {"none", "connecting", "ready"},
+    .next = {
+        /* none */ state_bit(WriteQpState::kConnecting) | state_bit(WriteQpState::kReady),
+        /* connecting */ state_bit(WriteQpState::kNone) | state_bit(WriteQpState::kReady),
+        /* ready */ state_bit(WriteQpState::kNone),
+    }};
 
 struct Peer {
   std::uint32_t index = kNoIndex;  // ours: the matcher's source id, and the src_ep peers use
@@ -178,5 +190,10 @@ struct Peer {
   std::uint64_t remote_instance = 0;
   bool conn_listed = false;
 };
+
+// The one way a write connection changes state (a refused move is logged and changes nothing).
+inline void move_to(Peer& p, WriteQpState to) noexcept {
+  (void)checked_move(p.wqp_state, to, kWriteQpMoves, "peer", p.uid);
+}
 
 }  // namespace rdmx::transport

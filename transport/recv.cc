@@ -1,5 +1,6 @@
-// Completion dispatch, the receive path (ordering, matching, unexpected messages), requests and
-// the progress loop.
+// The progress loop, receive completions and the receive path (ordering, matching, unexpected
+// messages), the receive-side API. Send completions are in send.cc, the request-level API
+// (completion callbacks, wait, poll) in requests.cc.
 //
 // Receive path of one eager message:
 //   SRQ completion -> wr_id names pool and buffer -> header checked -> peer from src_ep
@@ -42,29 +43,6 @@ inline std::size_t payload_bytes(const ibv_wc& wc, std::uint32_t grh_bytes) noex
 }
 
 }  // namespace
-
-// --- requests -----------------------------------------------------------------------------
-
-int Worker::run_completions() {
-  // Only what is on the list now: callbacks that post and complete at once wait for the next
-  // call, so a callback loop cannot starve the CQs.
-  if (!failed_uids_.empty()) [[unlikely]] {
-    notify_peer_failures();  // before the requests it failed: the host hears the cause first
-  }
-  Request* r = done_head_;
-  done_head_ = done_tail_ = nullptr;
-  int n = 0;
-  while (r != nullptr) {
-    Request* next = r->next;
-    r->state = ReqState::kDone;
-    if (r->callback != nullptr) {
-      r->callback(to_public(r), &r->status, r->user_data);  // may reuse r
-    }
-    r = next;
-    ++n;
-  }
-  return n;
-}
 
 // --- progress ------------------------------------------------------------------------------
 
@@ -158,54 +136,6 @@ int Worker::progress() {
   return events;
 }
 
-int Worker::poll(std::uint32_t max_polls, std::uint64_t spin_gap_us) {
-  const std::uint32_t budget = spin_.budget(now_us(), max_polls, spin_gap_us);
-  int events = progress();
-  std::uint32_t polls = 1;
-  for (; events == 0 && polls < budget; ++polls) {
-    events = progress();
-  }
-  stat_spin_polls_ += polls - 1;
-  spin_.end(events == 0, now_us());
-  return events;
-}
-
-void Worker::idle(int events, std::uint64_t yield_after_us) noexcept {
-  idle_.set_policy(yield_after_us, IdleBackoff::kNever);
-  if (idle_.turn(events != 0, events != 0 ? 0 : now_us()) == IdleBackoff::Action::kYield) {
-    ++stat_idle_yields_;
-  }
-}
-
-int Worker::wait(Request* r, rdmx_status_t* status, int timeout_ms) {
-  // Every clock read is the cached one (clock.h): in an emulated guest a clock_gettime per wait
-  // was a system call per message.
-  const std::uint64_t deadline = timeout_ms >= 0
-                                     ? now_us() + static_cast<std::uint64_t>(timeout_ms) * 1000u
-                                     : protocol::kNoDeadline;
-  // Oversubscribed (more busy processes than CPUs), a waiter that finds nothing to do gives
-  // the CPU away (idle_backoff.h); any event resets it to spinning.
-  IdleBackoff backoff{kWaitYieldAfterUs, kWaitNapAfterUs};
-  std::uint32_t spins = 0;
-  while (r->state != ReqState::kDone) {
-    const int rc = progress();
-    if (rc < 0) {
-      return rc;
-    }
-    // Naps reach a millisecond: the deadline is checked before each, not 256 naps later.
-    if (backoff.turn(rc != 0, rc != 0 ? 0 : now_us(), deadline) == IdleBackoff::Action::kDeadline) {
-      return RDMX_ERR_TIMED_OUT;
-    }
-    if ((++spins & 255) == 0 && r->state != ReqState::kDone && now_us() >= deadline) {
-      return RDMX_ERR_TIMED_OUT;
-    }
-  }
-  if (status != nullptr) {
-    *status = r->status;
-  }
-  return r->status.error;
-}
-
 bool Worker::drop_for_test() noexcept {
   if (drop_threshold_ == 0) [[likely]] {
     return false;
@@ -270,110 +200,6 @@ int Worker::poll_ring(Peer& p) {
     list_for_flush(p);
   }
   return n;
-}
-
-// --- completions ---------------------------------------------------------------------------
-
-void Worker::on_send_completion(const ibv_wc& wc) {
-  if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
-    return;
-  }
-  const protocol::WrId id = protocol::decode(wc.wr_id);
-  if ((id.kind != protocol::WrKind::kSend && id.kind != protocol::WrKind::kSendInline &&
-       id.kind != protocol::WrKind::kControl && id.kind != protocol::WrKind::kRdmaWrite &&
-       id.kind != protocol::WrKind::kRdmaWriteImm && id.kind != protocol::WrKind::kRdmaRead) ||
-      id.thread >= threads_.size()) [[unlikely]] {
-    std::fprintf(stderr, "rdmx: send completion with a foreign wr_id %016llx\n",
-                 static_cast<unsigned long long>(wc.wr_id));
-    return;
-  }
-  eager::SendPool& pool = *threads_[id.thread].send;
-  if (id.slot >= pool.desc_count() || !pool.desc(id.slot).in_use ||
-      pool.desc(id.slot).generation != id.generation) [[unlikely]] {
-    std::fprintf(stderr, "rdmx: stale send completion (slot %u generation %u)\n", id.slot,
-                 id.generation);
-    return;
-  }
-  eager::SendDesc& desc = pool.desc(id.slot);
-  Peer* failed = nullptr;
-  Peer* write_qp_failed = nullptr;
-  const std::uint64_t rndv_token = desc.cookie;  // a rendezvous write or read: the engine's token
-  if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
-    if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) {
-      ++stat_rnr_exceeded_;
-    }
-    Peer* owner = static_cast<Peer*>(desc.peer);
-    if (ud_mode_ && owner != nullptr && desc.queue == &owner->wqp_sq) {
-      // UD mode's on-demand write QP: only that connection is lost, not the peer.
-      write_qp_failed = owner;
-      if (wc.status != IBV_WC_WR_FLUSH_ERR && config_.verbose >= 1) {
-        std::fprintf(stderr, "rdmx: RDMA write to %016llx failed: %s\n",
-                     static_cast<unsigned long long>(owner->uid), ibv_wc_status_str(wc.status));
-      }
-    } else if (wc.status != IBV_WC_WR_FLUSH_ERR && !ud_mode_ && desc.queue != &ctrl_sq_ &&
-               desc.peer != nullptr) {
-      // An RC error (retry exceeded: the peer is gone) moves the QP to ERR; flushes follow.
-      failed = static_cast<Peer*>(desc.peer);
-      if (config_.verbose >= 1 || !closing_) {
-        std::fprintf(stderr, "rdmx: RC send to %016llx failed: %s\n",
-                     static_cast<unsigned long long>(failed->uid), ibv_wc_status_str(wc.status));
-      }
-    } else if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-      // A shared UD QP: the send error moved it to an error state (rxe: when the link is
-      // down), which reliability cannot ride through by itself: faults.cc brings it back.
-      note_ud_qp_error(desc.queue);
-      if (config_.verbose >= 1) {
-        std::fprintf(stderr, "rdmx: send failed: %s\n", ibv_wc_status_str(wc.status));
-      }
-    }
-  }
-  if (desc.peer != nullptr && !ud_mode_) {
-    ++static_cast<Peer*>(desc.peer)->rc_completions;
-  }
-  (void)desc.queue->complete(pool, id.slot, [](eager::SendDesc& d) {
-    if (d.sequenced && d.peer != nullptr) {
-      Peer* p = static_cast<Peer*>(d.peer);
-      if (p->rc_guard) {
-        p->rc_guard->on_complete(d.seq);
-      }
-    }
-  });
-  if (rndv_token != 0 && id.kind == protocol::WrKind::kRdmaRead) {
-    rndv_->on_read_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
-  } else if (rndv_token != 0) {
-    rndv_->on_write_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
-  }
-  if (write_qp_failed != nullptr && write_qp_failed->wqp_state == WriteQpState::kReady) {
-    write_qp_failed->wqp_sq.close();
-    (void)retire_wqp(*write_qp_failed, true);
-  }
-  if (failed != nullptr) {
-    for (auto& sq : failed->rc_sq) {
-      sq.close();
-    }
-    // Cold path: the reason names the device's status, and what to do about an RNR failure.
-    const std::string why =
-        std::string("RC send failed: ") + ibv_wc_status_str(wc.status) +
-        (wc.status == IBV_WC_RNR_RETRY_EXC_ERR
-             ? " (the peer had no receive buffer for every retry; RDMX_RC_RNR_RETRY 7 retries "
-               "for ever)"
-             : "");
-    fail_peer(*failed, RDMX_ERR_UNREACHABLE, why.c_str());
-  }
-}
-
-// A completion polled while a QP drains (teardown, retired write QPs): the drain markers are
-// the drain's own; everything else goes its normal way.
-void Worker::on_drain_completion(const ibv_wc& wc) {
-  if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
-    return;
-  }
-  const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
-  if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
-    on_recv_completion(wc);
-  } else {
-    on_send_completion(wc);
-  }
 }
 
 void Worker::on_recv_completion(const ibv_wc& wc) {
@@ -769,7 +595,7 @@ int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std
   if ((p != nullptr && p->dead) || failed_code_ != 0) [[unlikely]] {
     // Nothing it sent before dying (or the worker failing) matches, and nothing more will come.
     (void)matcher_.cancel(r->recv);
-    r->state = ReqState::kIdle;
+    move_to(r, ReqState::kIdle);
     return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
   }
   activate(r);

@@ -10,6 +10,7 @@
 
 #include "protocol/tag_match.h"
 #include "rdmx/rdmx.h"
+#include "transport/state_moves.h"
 
 namespace rdmx::transport {
 
@@ -24,10 +25,19 @@ struct RecvNode : protocol::PostedRecv {
 
 enum class ReqType : std::uint8_t { kNone = 0, kSend = 1, kRecv = 2 };
 
-// A request's life: kQueued (send waiting for its connection or for resources) or kActive
-// (receive posted in the matcher; sync send waiting for its match-ack) -> kCompleting (on the
-// worker's completion list, status final) -> kDone (callback has run; rdmx_request_test now
-// reports the status).
+// A request's life. Every change goes through move_to() below, checked against kReqMoves.
+//
+//   kIdle ──posted──> kActive ──────────────────────────┬──> kCompleting ──callbacks run──> kDone
+//     ^                 │  ^                             │   (on the worker's completion list,
+//     └──refused────────┤  │ its turn (sync send:        │    status final)
+//      (never posted)   │  │ waits for its match-ack)    └──> kDone (no callback: at once)
+//                       v  │                                  rdmx_request_test reports it
+//                    kQueued ──failed (peer, teardown)──> kCompleting / kDone
+//           (send waiting for its connection or for resources)
+//
+// kActive: a receive posted in the matcher or matched and receiving (rendezvous), a sync send
+// waiting for its match-ack, a rendezvous send. A request in kDone is posted again through
+// init_request, which starts it from kIdle.
 enum class ReqState : std::uint8_t {
   kIdle = 0,  // never posted (zeroed storage)
   kQueued = 1,
@@ -35,6 +45,19 @@ enum class ReqState : std::uint8_t {
   kCompleting = 3,
   kDone = 4,
 };
+
+inline constexpr StateMoves<ReqState, 5> kReqMoves = {
+    .machine = "request",
+    .names = {"idle", "queued", "active", "completing", "done"},
+    .next = {
+        /* idle */ state_bit(ReqState::kActive),
+        /* queued */ state_bit(ReqState::kActive) | state_bit(ReqState::kCompleting) |
+            state_bit(ReqState::kDone),
+        /* active */ state_bit(ReqState::kIdle) | state_bit(ReqState::kQueued) |
+            state_bit(ReqState::kCompleting) | state_bit(ReqState::kDone),
+        /* completing */ state_bit(ReqState::kDone),
+        /* done */ 0,
+    }};
 
 inline constexpr std::uint32_t kRequestMagic = 0x52514d58;  // marks storage rdmx initialised
 
@@ -69,6 +92,11 @@ struct Request {
 
 static_assert(sizeof(Request) <= RDMX_REQUEST_SIZE, "Request must fit in rdmx_request_t");
 static_assert(alignof(Request) <= alignof(rdmx_request_t));
+
+// The one way a request changes state (a refused move is logged and changes nothing).
+inline void move_to(Request* r, ReqState to) noexcept {
+  (void)checked_move(r->state, to, kReqMoves, "request", reinterpret_cast<std::uintptr_t>(r));
+}
 
 inline Request* to_request(rdmx_request_t* r) noexcept {
   return reinterpret_cast<Request*>(r);

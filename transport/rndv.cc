@@ -164,7 +164,9 @@ bool Worker::start_rndv_send(Peer& peer, Request* r) {
                        0)) {
     case PostResult::kPosted:
       r->rndv = word;
-      r->state = ReqState::kActive;
+      if (r->state == ReqState::kQueued) {
+        move_to(r, ReqState::kActive);  // its turn came (posted at once, it is active already)
+      }
       activate(r);
       return true;
     case PostResult::kNoResource:
@@ -277,7 +279,6 @@ void Worker::start_rndv_recv(Request* r, Peer& peer, std::uint64_t tag,
   r->status.tag = tag;
   r->status.source = peer.uid;
   r->status.length = rts.total_length;
-  r->state = ReqState::kActive;
   activate(r);  // it leaves the matcher but stays rdmx's until the data is in
   rndv_->on_rts_matched(peer.index, r, r->buffer, r->capacity, rts);
 }
@@ -375,7 +376,7 @@ bool Worker::connect_wqp(Peer& p, std::uint32_t remote_qpn, std::uint32_t remote
     return false;
   }
   p.wqp_remote_qpn = remote_qpn;
-  p.wqp_state = WriteQpState::kReady;
+  move_to(p, WriteQpState::kReady);
   ++stat_rc_connects_;
   if (config_.verbose >= 2) {
     std::fprintf(stderr, "rdmx: RC write connection to %016llx up (QP %u -> %u)\n",
@@ -388,7 +389,7 @@ void Worker::start_wqp_connect(Peer& p) {
   if (!create_wqp(p)) {
     return;
   }
-  p.wqp_state = WriteQpState::kConnecting;
+  move_to(p, WriteQpState::kConnecting);
   wqp_lru_->insert(p.index);
   const std::uint64_t now = now_us();
   p.wqp_start_us = now;
@@ -414,7 +415,7 @@ void Worker::wqp_connect_failed(Peer& p, const char* why) {
     wqp_retired_.push_back(std::move(p.write_qp));
   }
   p.wqp_sq = eager::SendQueue();
-  p.wqp_state = WriteQpState::kNone;
+  move_to(p, WriteQpState::kNone);
   p.wqp_remote_qpn = 0;
   wqp_lru_->remove(p.index);
   rndv_->on_connection_failed(p.index);
@@ -437,7 +438,9 @@ bool Worker::retire_wqp(Peer& p, bool tell_peer) {
     }
   }
   p.wqp_sq = eager::SendQueue();
-  p.wqp_state = WriteQpState::kNone;
+  if (p.wqp_state != WriteQpState::kNone) {
+    move_to(p, WriteQpState::kNone);
+  }
   p.wqp_remote_qpn = 0;
   if (wqp_lru_) {
     wqp_lru_->remove(p.index);

@@ -1,9 +1,10 @@
 // The worker: one device context with its PD, CQs, SRQ pools, control QP and peers; the progress
 // engine behind the C API (include/rdmx/rdmx.h).
 //
-// Files: worker.cc (bring-up, teardown, stats), wireup.cc (control QP, connections), send.cc
-// (send path, pending queues, UD reliability timers), recv.cc (completion dispatch, sequencing,
-// tag matching, probe), api.cc (the C functions).
+// Its member functions live in files named for their role (the transport/README.md table says
+// what each holds): setup.cc, teardown.cc, worker.cc (stats, test hooks), wireup.cc, send.cc
+// with send_rc.cc and send_ud.cc, recv.cc, requests.cc, rndv.cc, ring.cc, liveness.cc,
+// faults.cc; api.cc has the C functions.
 //
 // Threads: the public API is single-threaded per worker, but send resources are per thread
 // (ThreadCtx, its index in every wr_id) so that more posting threads can be added without
@@ -20,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "eager/send_pool.h"
@@ -81,6 +83,7 @@ inline constexpr std::uint32_t kCtrlDepth = 64;       // control receive buffers
 inline constexpr std::uint32_t kCtrlCapacity = 256;   // control message payload bytes
 inline constexpr std::uint32_t kSignalEvery = 32;     // selective signalling period
 inline constexpr std::uint32_t kSendDescs = 4096;     // send WRs in flight per thread
+inline constexpr int kPostingThreads = 1;  // ThreadCtx made at setup (the API is single-threaded)
 inline constexpr std::uint32_t kSendSmallBuffers = 1024;
 inline constexpr std::uint32_t kSendLargeBuffers = 256;
 inline constexpr std::uint32_t kSyncSlots = 4096;            // Ssends waiting per thread
@@ -212,7 +215,27 @@ class Worker {
   // the need and the fixes.
   void fit_pinned_memory(std::uint32_t mtu);
   void bring_up_ud(verbs::QueuePair& qp);  // RESET -> INIT -> RTR -> RTS
+  // setup()'s steps, in order (setup.cc); each throws SetupError or verbs::Error.
+  ibv_device_attr open_port();
+  void choose_gid();
+  void size_queues(const ibv_device_attr& dev);
+  void name_worker();    // uid, instance; the verbose line
+  void create_queues();  // event channel, PD, CQs, receive pools
+  void create_send_contexts();
+  std::unique_ptr<verbs::QueuePair> make_ud_qp(verbs::SharedReceiveQueue& srq, std::uint32_t depth);
+  void create_ud_qps();
+  WorkerAddress local_address() const;
+  std::uint64_t node_rnr_count() const;  // the port's node-wide RNR NAKs (0: not exposed)
   void teardown() noexcept;
+  // teardown()'s steps, in order (teardown.cc).
+  void fail_all_requests(debug::DestroyReport& report);
+  void flush_before_close(debug::DestroyReport& report);
+  void say_goodbye();
+  std::vector<std::pair<verbs::QueuePair*, eager::SendQueue*>> all_qps();
+  void shut_down_qps(debug::DestroyReport& report);
+  void release_remote_access(debug::DestroyReport& report);
+  void release_held_messages();
+  void destroy_queues(debug::DestroyReport& report);
 
   // --- peers and connections (wireup.cc)
   Peer* find_peer(std::uint64_t uid) noexcept;
@@ -317,6 +340,7 @@ class Worker {
                         std::uint8_t pool, std::uint32_t buf);
   void deliver_batch(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload);
   void on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now);
+  void release_ud_window(Peer& peer);  // a failed peer's unacked messages give their buffers back
   void release_message(MsgDesc* desc);
   MsgDesc* alloc_desc();
   void free_desc(MsgDesc* desc);
@@ -530,7 +554,7 @@ inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, v
   new (r) Request{};
   r->magic = kRequestMagic;
   r->type = type;
-  r->state = ReqState::kActive;
+  move_to(r, ReqState::kActive);
   r->callback = cb;
   r->user_data = user_data;
   r->recv.owner = r;
@@ -575,10 +599,10 @@ inline void Worker::complete(Request* r, int code) {
   // Nothing to call back: done at once, so a caller that tests the request right after posting
   // an eager send (the MTL's blocking send) needs no progress call to see it complete.
   if (r->callback == nullptr) {
-    r->state = ReqState::kDone;
+    move_to(r, ReqState::kDone);
     return;
   }
-  r->state = ReqState::kCompleting;
+  move_to(r, ReqState::kCompleting);
   r->next = nullptr;
   if (done_tail_ == nullptr) {
     done_head_ = r;

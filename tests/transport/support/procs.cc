@@ -361,6 +361,7 @@ void close_session(Rank& rank, Session& s) {
   RDMX_CHECK(rank, report.valid);
   RDMX_CHECK_EQ(rank, report.wr_ids.outstanding(), 0u);
   RDMX_CHECK_EQ(rank, report.destroy_errors, 0u);
+  RDMX_CHECK_EQ(rank, report.refused_moves, 0u);
 }
 
 std::string device_for(int rank, bool two_devices) {

@@ -1,0 +1,283 @@
+// The RC send side: receiver-driven credits (the window each peer may send into our SRQs, and
+// the grants we owe), posting a message on a peer's RC QP of its size class or into its eager
+// ring, flushes, and the watchdog that finds a dead RC peer. transport/README.md ("Flow control
+// and failure detection") explains the credits and the watchdog.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "transport/worker.h"
+#include "verbs/error.h"
+
+namespace rdmx::transport {
+
+void Worker::update_rc_credit_window() noexcept {
+  // Every peer that may send to us shares the SRQ: count the endpoints we know (rdmx_ep_create
+  // makes them before any connection completes), the connected ones and the application's
+  // hint. Half of the refilled depth goes to data credits, the rest absorbs the uncredited
+  // kAcks and the refill lag, so a credited sender never meets an empty SRQ (no RNR NAK).
+  // Kept up to date here (peers added, connected, failed) rather than computed per message.
+  const std::uint32_t peers =
+      std::max({rc_connected_peers_, static_cast<std::uint32_t>(peers_.size()),
+                config_.expected_peers, std::uint32_t{1}});
+  const std::uint32_t usable = res_.srq_depth - std::min(res_.srq_depth, res_.refill_batch);
+  rc_credit_window_ = std::clamp<std::uint32_t>(usable / (2 * peers), kRcMinCredits, kRcMaxCredits);
+}
+
+protocol::Seq Worker::grant_credits(Peer& peer) noexcept {
+  // The peer may send until rx->expected() + window; never take back what was granted.
+  const protocol::Seq limit = protocol::seq_add(peer.rx->expected(), rc_credit_window_);
+  if (protocol::seq_gt(limit, peer.rc_granted)) {
+    peer.rc_granted = limit;
+  }
+  return peer.rc_granted;
+}
+
+void Worker::maybe_grant(Peer& peer) {
+  // Once the peer has used half of its credits a grant falls due. It goes out only after this
+  // progress call has refilled the SRQs (a grant sent before the buffers of the messages just
+  // consumed are reposted could let the peer's next messages meet an empty SRQ), and preferably
+  // on our next message to the peer (post_rc): flush_peer holds it back for one progress call
+  // before it sends a stand-alone kAck, so in two-way traffic the reply carries it.
+  const auto left = protocol::seq_diff(peer.rc_granted, peer.rx->expected());
+  if (left <= static_cast<std::int32_t>(rc_credit_window_ / 2) && !peer.rc_grant_due) {
+    peer.rc_grant_due = true;
+    peer.rc_grant_held = false;
+    list_for_flush(peer);
+  }
+}
+
+bool Worker::post_rc_ack(Peer& peer) {
+  protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kAck);
+  h.src_ep = peer.remote_index;
+  h.flags = protocol::kFlagAckValid;
+  h.ack = grant_credits(peer);
+  stamp_ring_ack(peer, h);
+  eager::SendPool& pool = *threads_[0].send;
+  // The reserve: a grant must go out even when data fills the send queue, or both sides could
+  // wait for each other's credits.
+  eager::SendQueue::Post post{
+      .kind = protocol::WrKind::kControl, .peer = &peer, .use_reserve = true};
+  ibv_sge sge{};
+  ibv_send_wr wr{};
+  if (!header_only_wr(pool, h, &post, &sge, &wr)) {
+    return false;
+  }
+  const int rc = peer.rc_sq[0].post(pool, wr, post);
+  if (rc != 0 && post.buf_class != eager::kNoBuffer) {
+    pool.release_unused(0, post.buf);
+  }
+  if (rc == 0) {
+    ring_ack_posted(peer, h);
+  }
+  return rc == 0;
+}
+
+void Worker::on_rc_credits(Peer& peer, protocol::Seq limit) {
+  if (protocol::seq_gt(limit, peer.rc_credit_limit)) {
+    peer.rc_credit_limit = limit;
+    if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+      list_for_flush(peer);
+    }
+  }
+}
+
+bool Worker::post_rc_flush(Peer& peer, int cls) {
+  // A zero-length RDMA write (no memory touched, no rkey checked: IBTA C9-88) that is signalled
+  // and consumes no receive buffer at the peer: its completion retires the unsignalled sends
+  // before it on this QP.
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.num_sge = 0;
+  const int rc = peer.rc_sq[cls].post(
+      *threads_[0].send, wr,
+      eager::SendQueue::Post{.kind = protocol::WrKind::kControl,
+                             .want_signal = true,
+                             .peer = &peer,  // its completion is progress for the watchdog
+                             .use_reserve = true});
+  return rc == 0;
+}
+
+Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const void* body,
+                                   std::size_t body_length, const void* payload,
+                                   std::size_t length) {
+  // Bytes after the header: the kind's body (rendezvous messages) and the payload.
+  const std::size_t wire = body_length + length;
+  const std::size_t total = protocol::kHeaderSize + wire;
+  // Into the peer's eager ring (ring.cc) when it gave us one, the message fits one inline write
+  // and a slot is free; the write goes over QP 0, which small sends use too. Otherwise the
+  // receiver's size class picks the QP (each QP feeds the SRQ of its class).
+  TxRing& ring = peer.tx_ring;
+  const bool to_ring = protocol::ring_image_size(total) <= ring.max_image &&
+                       protocol::ring_free_slots(ring.slots, ring.sent, ring.taken) != 0;
+  const int cls = to_ring || wire <= peer.address.class_capacity[0] ? 0 : 1;
+  eager::SendQueue& sq = peer.rc_sq[cls];
+  // The order guard advances only as sends complete. Unsignalled sends left on the other QP
+  // of this peer (no traffic there since) would stall it: flush that QP early.
+  if (peer.rc_guard->outstanding() >= kRcOrderWindow / 2) [[unlikely]] {
+    const int other = 1 - cls;
+    if (peer.rc_sq[other].unsignaled_tail() != 0) {
+      (void)post_rc_flush(peer, other);
+    }
+  }
+  if (!peer.rc_guard->can_send() ||
+      !protocol::seq_lt(peer.rc_guard->next(), peer.rc_credit_limit) || !sq.has_room())
+      [[unlikely]] {
+    return PostResult::kNoResource;
+  }
+  eager::SendPool& pool = *threads_[0].send;
+  h.seq = peer.rc_guard->next();
+  // Every RC message repeats our credit grant for the reverse direction, and carries a grant
+  // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring
+  // the peer writes into.
+  if (peer.rc_grant_due && !refill_wanted()) {
+    (void)grant_credits(peer);
+    peer.rc_grant_due = false;
+  }
+  h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
+  h.ack = peer.rc_granted;
+  stamp_ring_ack(peer, h);
+  ibv_sge sge[2];
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = sge;
+  eager::SendQueue::Post post{
+      .kind = protocol::WrKind::kSendInline, .sequenced = true, .seq = h.seq, .peer = &peer};
+  // Header and body side by side, so that inline sends need at most two SGEs; in the ring case
+  // the whole slot image (message, padding, footer), written inline with one SGE.
+  alignas(8) std::byte head[protocol::kRingMaxSlot];
+  static_assert(protocol::kRingMaxSlot >= protocol::kHeaderSize + protocol::kMaxBodySize);
+  protocol::store_wire(head, h);
+  if (body_length != 0) {
+    std::memcpy(head + protocol::kHeaderSize, body, body_length);
+  }
+  if (to_ring) {
+    if (length != 0) {
+      std::memcpy(head + protocol::kHeaderSize + body_length, payload, length);
+    }
+    protocol::ring_seal(head, total);
+    const std::size_t image = protocol::ring_image_size(total);
+    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(head),
+                     .length = static_cast<std::uint32_t>(image),
+                     .lkey = 0};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_INLINE;
+    wr.wr.rdma.remote_addr =
+        ring.addr + std::uint64_t{ring.head} * ring.slot_size + ring.slot_size - image;
+    wr.wr.rdma.rkey = ring.rkey;
+  } else if (total <= max_inline_) {
+    // The provider copies header and payload into the WQE: no bounce buffer, no completion
+    // needed (selective signalling retires it later).
+    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(head),
+                     .length = static_cast<std::uint32_t>(protocol::kHeaderSize + body_length),
+                     .lkey = 0};
+    sge[1] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(payload),
+                     .length = static_cast<std::uint32_t>(length),
+                     .lkey = 0};
+    wr.num_sge = length != 0 ? 2 : 1;
+    wr.send_flags = IBV_SEND_INLINE;
+  } else {
+    const std::uint8_t bcls = wire <= res_.small_buf ? 0 : 1;
+    if (!pool.alloc_buffer(bcls, &post.buf)) [[unlikely]] {
+      return PostResult::kNoResource;
+    }
+    post.buf_class = bcls;
+    post.want_signal = true;  // the completion frees the bounce buffer
+    std::byte* data = pool.buffer(bcls, post.buf);
+    std::memcpy(data, head, protocol::kHeaderSize + body_length);
+    if (length != 0) {
+      std::memcpy(data + protocol::kHeaderSize + body_length, payload, length);
+    }
+    sge[0] = ibv_sge{.addr = reinterpret_cast<std::uintptr_t>(data),
+                     .length = static_cast<std::uint32_t>(total),
+                     .lkey = pool.lkey()};
+    wr.num_sge = 1;
+  }
+  const int rc = sq.post(pool, wr, post);
+  if (rc != 0) [[unlikely]] {
+    if (post.buf_class != eager::kNoBuffer) {
+      pool.release_unused(post.buf_class, post.buf);
+    }
+    if (rc == EAGAIN) {
+      return PostResult::kNoResource;
+    }
+    verbs::log_verb_failure("ibv_post_send", rc, to_ring ? "RC eager ring write" : "RC eager send");
+    return PostResult::kFailed;
+  }
+  peer.rc_guard->on_send();
+  ring_ack_posted(peer, h);
+  if (to_ring) {
+    ring.head = ring.head + 1 == ring.slots ? 0 : ring.head + 1;
+    ++ring.sent;
+    ++stat_ring_sends_;
+  }
+  return PostResult::kPosted;
+}
+
+void Worker::run_rc_watchdog(std::uint64_t now) {
+  next_watchdog_us_ = now + kWatchdogPeriodUs;
+  const std::uint64_t timeout_us = std::uint64_t{config_.peer_timeout_ms} * 1000;
+  for (auto& p : peers_) {
+    if (p->state != PeerState::kConnected || !p->rc_ready) {
+      continue;
+    }
+    if (p->rc_watch_since_us == 0) {  // first look at this peer: the wait starts now
+      p->rc_watch_since_us = now;
+      p->rc_watch_completions = p->rc_completions;
+      continue;
+    }
+    // Only a signalled WR is sure to complete: a QP whose outstanding WRs are all unsignalled
+    // (an idle connection's tail) gets a flush write, and the wait starts now.
+    bool busy = false;
+    bool kicked = false;
+    for (int c = 0; c < kNumClasses; ++c) {
+      const eager::SendQueue& sq = p->rc_sq[c];
+      if (sq.outstanding() > sq.unsignaled_tail()) {
+        busy = true;
+      } else if (sq.unsignaled_tail() != 0) {
+        kicked |= post_rc_flush(*p, c);
+      }
+    }
+    // Waiting on the peer with nothing in flight (out of credits, or sync sends waiting for
+    // their match-acks): only a message from the peer can move us, and a dead peer sends none.
+    // A signalled zero-length write probes it: a live peer completes it even while its
+    // application is busy (an unmatched sync send may wait for hours), a dead one never does
+    // (or fails it).
+    const bool starved =
+        p->pending_head != nullptr && !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit);
+    if (!busy && !kicked && (starved || p->sync_waiting != 0) && p->rc_sq[0].outstanding() == 0) {
+      busy = post_rc_flush(*p, 0);
+    }
+    if (!busy || kicked || p->rc_completions != p->rc_watch_completions) {
+      p->rc_watch_completions = p->rc_completions;
+      p->rc_watch_since_us = now;
+      p->rc_kicked = false;
+      continue;
+    }
+    // rxe (6.1) can leave an RC requester stalled after RNR NAKs although the peer has
+    // receive buffers again; a new WR rings its doorbell and sets it going. Harmless elsewhere.
+    if (now - p->rc_watch_since_us >= kStallKickUs && !p->rc_kicked) {
+      for (int c = 0; c < kNumClasses; ++c) {
+        if (p->rc_sq[c].outstanding() != 0) {
+          p->rc_kicked |= post_rc_flush(*p, c);
+        }
+      }
+      ++stat_rc_kicks_;
+    }
+    if (now - p->rc_watch_since_us >= timeout_us) {
+      // Flush what is stuck so every wr_id comes back, then fail the peer's requests.
+      for (int c = 0; c < kNumClasses; ++c) {
+        p->rc_sq[c].close();
+        try {
+          p->rc_qp[c]->to_error();
+        } catch (const verbs::Error& e) {
+          verbs::log_verb_failure(e.verb(), e.errnum(), "watchdog: QP to ERR");
+        }
+      }
+      fail_peer(*p, RDMX_ERR_UNREACHABLE, "no RC send completed within peer_timeout_ms");
+    }
+  }
+}
+
+}  // namespace rdmx::transport
