@@ -37,18 +37,18 @@ void Worker::on_async_event(const ibv_async_event& e) {
     case IBV_EVENT_QP_ACCESS_ERR: {
       const ibv_qp* qp = e.element.qp;
       for (auto& p : peers_) {
-        for (auto& q : p->rc_qp) {
+        for (auto& q : p->rc.qp) {
           if (q && q->get() == qp) {
-            for (auto& sq : p->rc_sq) {
+            for (auto& sq : p->rc.sq) {
               sq.close();  // as for a failed send: nothing more is posted to the dead QPs
             }
             fail_peer(*p, RDMX_ERR_UNREACHABLE, (name + " on its RC QP").c_str());
             return;
           }
         }
-        if (p->write_qp && p->write_qp->get() == qp) {
-          if (p->wqp_state == WriteQpState::kReady) {
-            p->wqp_sq.close();
+        if (p->ud.write_qp && p->ud.write_qp->get() == qp) {
+          if (p->ud.wqp_state == WriteQpState::kReady) {
+            p->ud.wqp_sq.close();
             (void)retire_wqp(*p, true);
           }
           return;
@@ -111,10 +111,10 @@ bool Worker::inject_async_event(ibv_event_type type, debug::EventOn on, std::uin
       break;
     case debug::EventOn::kPeerRcQp: {
       Peer* p = find_peer(peer_uid);
-      if (p == nullptr || !p->rc_qp[0]) {
+      if (p == nullptr || !p->rc.qp[0]) {
         return false;
       }
-      e.element.qp = p->rc_qp[0]->get();
+      e.element.qp = p->rc.qp[0]->get();
       break;
     }
     case debug::EventOn::kPort:
@@ -166,7 +166,7 @@ void Worker::recover_ud_qps() {
       } else {
         // ERR (rxe): through RESET, which on some providers also discards the QP's completions
         // still in the receive CQ: take them first.
-        while (poll_cq(recv_cq_->get(), true) > 0) {
+        while (ops_.poll_recv(*this, recv_cq_->get()) > 0) {
         }
         qp->to_reset();
         bring_up_ud(*qp);

@@ -55,7 +55,7 @@ void Worker::run_liveness(std::uint64_t now) {
       continue;
     }
     // Monotonic parts (the Seq wraps; a wrap to the same value only costs one probe).
-    const std::uint64_t mark = p.rx->expected() + p.rc_completions + p.pongs;
+    const std::uint64_t mark = p.rx->expected() + p.rc.completions + p.pongs;
     if (!waiting || mark != p.live_mark || p.live_since_us == 0) {
       p.live_mark = mark;
       p.live_since_us = now;
@@ -68,7 +68,7 @@ void Worker::run_liveness(std::uint64_t now) {
     }
     if (!ud_mode_) {
       // What is in flight is watched by the RC watchdog already; an idle peer gets the probe.
-      if (p.rc_sq[0].outstanding() == 0 && p.rc_sq[1].outstanding() == 0) {
+      if (p.rc.sq[0].outstanding() == 0 && p.rc.sq[1].outstanding() == 0) {
         (void)post_rc_flush(p, 0);
       }
       continue;

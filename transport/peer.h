@@ -1,5 +1,5 @@
-// Per-peer state of a worker: connection, ordering, reliability and the queue of sends that
-// wait for the connection or for resources.
+// Per-peer state of a worker: connection, ordering, liveness, the queue of sends that wait for
+// the connection or for resources, and the channel's own state (rc_peer.h, ud_peer.h).
 #pragma once
 
 #include <array>
@@ -9,16 +9,13 @@
 #include <string_view>
 #include <vector>
 
-#include "eager/recv_ring.h"
-#include "eager/send_queue.h"
 #include "protocol/address.h"
 #include "protocol/batch.h"
-#include "protocol/reliability.h"
 #include "protocol/sequencer.h"
-#include "transport/order_guard.h"
+#include "transport/channel/rc_peer.h"
+#include "transport/channel/ud_peer.h"
 #include "transport/request.h"
 #include "verbs/ah.h"
-#include "verbs/qp.h"
 
 namespace rdmx::transport {
 
@@ -58,37 +55,6 @@ inline constexpr std::uint32_t kNoIndex = 0xffffffff;
 enum class PeerState : std::uint8_t { kIdle, kConnecting, kConnected, kFailed };
 std::string_view to_string(PeerState state) noexcept;
 
-// RC: the peer's RDMA-write eager ring that we write our small messages into (transport/ring.cc,
-// protocol/ring.h), as its kRingOffer described it. slots == 0: none offered.
-struct TxRing {
-  std::uint64_t addr = 0;
-  std::uint32_t rkey = 0;
-  std::uint32_t slots = 0;
-  std::uint32_t slot_size = 0;
-  std::uint32_t max_image = 0;  // min(slot_size, our max inline size): what one write may carry
-  std::uint32_t head = 0;       // next slot to write
-  std::uint32_t sent = 0;       // messages written, in all (mod 2^32)
-  std::uint32_t taken = 0;      // messages the peer took out again (its ring_ack)
-};
-
-// UD mode: the on-demand RC connection for rendezvous writes. Every change goes through
-// move_to() below, checked against kWriteQpMoves.
-//   kNone ──first write needed (room under the cap)──> kConnecting ──their reply──> kReady
-//     │ ^                                                   │                          │ ^
-//     │ ├───── refused, no answer, cannot connect ──────────┘                          │ │
-//     │ └───── retired (LRU eviction, teardown, the peer closed it) ───────────────────┘ │
-//     └─────── the peer asked first: we accept and connect ──────────────────────────────┘
-enum class WriteQpState : std::uint8_t { kNone, kConnecting, kReady };
-
-inline constexpr StateMoves<WriteQpState, 3> kWriteQpMoves = {
-    .machine = "write connection",
-    .names = {"none", "connecting", "ready"},
-    .next = {
-        /* none */ state_bit(WriteQpState::kConnecting) | state_bit(WriteQpState::kReady),
-        /* connecting */ state_bit(WriteQpState::kNone) | state_bit(WriteQpState::kReady),
-        /* ready */ state_bit(WriteQpState::kNone),
-    }};
-
 struct Peer {
   std::uint32_t index = kNoIndex;  // ours: the matcher's source id, and the src_ep peers use
   std::uint64_t uid = 0;
@@ -99,35 +65,8 @@ struct Peer {
   rdmx_ep ep{nullptr, this};
   int ep_refs = 0;
 
-  // RC eager rings (transport/ring.cc): the peer's that we write into, and ours that it writes
-  // into (polled by progress, in sequence order only). We offer ours once the peer has sent us
-  // kRingOfferAfter messages in order (ring_countdown reaches 0; 0 from the start: never).
-  TxRing tx_ring;
-  std::optional<eager::RecvRing> rx_ring;  // a ring of Worker::ring_slab_
-  std::uint32_t ring_countdown = 0;
-  bool ring_offer_due = false;  // our kRingOffer waits for a send resource (flush_peer)
-
-  // RC: one QP per size class, attached to our SRQ of that class.
-  std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> rc_qp;
-  std::array<eager::SendQueue, kNumClasses> rc_sq;
-  std::array<std::uint32_t, kNumClasses> rc_psn{};
-  // RC credits (receiver-driven flow control, so that senders do not flood a shared SRQ into
-  // RNR storms): we may send Seq s while seq_lt(s, rc_credit_limit); the peer raises the limit
-  // in the ack field of its messages and in stand-alone kAcks. rc_granted is the limit we last
-  // gave the peer.
-  protocol::Seq rc_credit_limit = 0;
-  protocol::Seq rc_granted = 0;
-  bool rc_grant_due = false;   // a new grant goes out (Worker::maybe_grant)
-  bool rc_grant_held = false;  // ... held back one progress call, for a message to carry it
-  bool rc_ready = false;       // our side can receive: RC QPs in RTR/RTS (UD: address known)
-  bool peer_ready = false;     // the peer said so too (its REPLY): data may flow
-  // RC watchdog: send completions seen, and the snapshot the watchdog last compared with. A
-  // peer whose sends make no progress for peer_timeout_ms is declared dead even if the device
-  // never reports the retry exhaustion (rxe on 6.1 did not, for a killed peer).
-  std::uint64_t rc_completions = 0;
-  std::uint64_t rc_watch_completions = 0;
-  std::uint64_t rc_watch_since_us = 0;
-  bool rc_kicked = false;
+  bool rc_ready = false;    // our side can receive: RC QPs in RTR/RTS (UD: address known)
+  bool peer_ready = false;  // the peer said so too (its REPLY): data may flow
   // Liveness of a quiet peer (liveness.cc): what we last saw of it (messages in order,
   // RC send completions, UD pongs) and since when it has not changed; UD pings in flight.
   std::uint64_t live_mark = 0;
@@ -138,34 +77,15 @@ struct Peer {
   std::uint32_t pongs = 0;
   bool dead = false;  // failed other than by leaving cleanly: receives naming it fail too
   ibv_mtu path_mtu = IBV_MTU_1024;
-  // UD: where to send.
+  // Where to send on a UD QP: the control QP in every channel, the data QPs in UD's.
   std::unique_ptr<verbs::AddressHandle> ah;
-  // UD: the RC connection rendezvous writes go over, made on demand over the control QP and
-  // capped per worker (rendezvous/rc_lru.h). RC mode writes over rc_qp[1] instead. The wqp_
-  // prefix, here and in the worker, means this write QP (wr_ means a work request).
-  std::unique_ptr<verbs::QueuePair> write_qp;
-  eager::SendQueue wqp_sq;
-  WriteQpState wqp_state = WriteQpState::kNone;
-  std::uint32_t wqp_psn = 0;
-  std::uint32_t wqp_remote_qpn = 0;  // the peer's QP ours is connected to (kReady)
-  std::uint64_t wqp_start_us = 0;
-  std::uint64_t wqp_next_us = 0;
-  std::uint64_t wqp_rto_us = 0;
-  bool wqp_listed = false;
-
-  // Ordering: our next Seq comes from rc_guard (RC) or ud_tx (UD); rx orders the peer's stream.
-  std::unique_ptr<OrderGuard> rc_guard;  // RC: bounds how far ahead we run
+  // Ordering: rx orders the peer's stream; our next Seq comes from the channel (rc.guard,
+  // ud.tx).
   std::unique_ptr<protocol::Sequencer> rx;
-  // UD reliability.
-  std::unique_ptr<protocol::SendWindow> ud_tx;
-  std::unique_ptr<protocol::AckPolicy> ud_ack;
-  bool ud_timer_listed = false;
-  // UD congestion window (AIMD, below the reliability window): halved on a retransmission
-  // timeout, +1 per window of acknowledged messages. Keeps an incast from overflowing the
-  // receiver's SRQs with packets that are then dropped and resent.
-  std::uint32_t ud_cwnd = 0;
-  std::uint32_t ud_cwnd_acked = 0;
-  bool ud_acked_since_rto = false;  // only then does an RTO expiry halve the window
+  // The channel's own state. Both are here whatever the worker's channel type, unused in the
+  // other's mode.
+  RcPeer rc;
+  UdPeer ud;
 
   // Sends waiting for the connection or for resources (intrusive FIFO, no allocation).
   Request* pending_head = nullptr;
@@ -193,7 +113,7 @@ struct Peer {
 
 // The one way a write connection changes state (a refused move is logged and changes nothing).
 inline void move_to(Peer& p, WriteQpState to) noexcept {
-  (void)checked_move(p.wqp_state, to, kWriteQpMoves, "peer", p.uid);
+  (void)checked_move(p.ud.wqp_state, to, kWriteQpMoves, "peer", p.uid);
 }
 
 }  // namespace rdmx::transport

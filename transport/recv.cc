@@ -23,6 +23,8 @@
 #include <new>
 #include <string>
 
+#include "transport/channel/rc_channel.h"
+#include "transport/channel/ud_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 
@@ -46,21 +48,18 @@ inline std::size_t payload_bytes(const ibv_wc& wc, std::uint32_t grh_bytes) noex
 
 // --- progress ------------------------------------------------------------------------------
 
-int Worker::poll_cq(ibv_cq* cq, bool recv) {
-  std::array<ibv_wc, kPollBatch> wcs;
-  const int n = ibv_poll_cq(cq, kPollBatch, wcs.data());
-  for (int i = 0; i < n; ++i) {
-    if (recv) {
-      on_recv_completion(wcs[static_cast<std::size_t>(i)]);
-    } else {
-      on_send_completion(wcs[static_cast<std::size_t>(i)]);
-    }
-  }
-  return std::max(n, 0);
+template <class Ch>
+int Worker::poll_recv(Worker& w, ibv_cq* cq) {
+  return poll_batch(cq, [&w](const ibv_wc& wc) { w.on_recv_completion<Ch>(wc); });
+}
+
+template <class Ch>
+void Worker::on_recv(Worker& w, const ibv_wc& wc) {
+  w.on_recv_completion<Ch>(wc);
 }
 
 int Worker::poll_cqs() {
-  return poll_cq(recv_cq_->get(), true) + poll_cq(send_cq_->get(), false);
+  return ops_.poll_recv(*this, recv_cq_->get()) + ops_.poll_send(*this, send_cq_->get());
 }
 
 bool Worker::send_completions_expected() const noexcept {
@@ -81,7 +80,7 @@ int Worker::progress() {
   // The send CQ only while a signalled WR is out, or now and then for the error completions
   // of unsignalled ones (a failed QP flushes every WR).
   if (send_completions_expected() || (progress_calls_ & 63) == 0) {
-    events += poll_cq(send_cq_->get(), false);
+    events += ops_.poll_send(*this, send_cq_->get());
   }
   bool low = false;
   for (int c = 0; c < kNumPools; ++c) {
@@ -129,7 +128,7 @@ int Worker::progress() {
   if (!ring_peers_.empty()) {
     events += poll_rings();
   }
-  events += poll_cq(recv_cq_->get(), true);
+  events += ops_.poll_recv(*this, recv_cq_->get());
   if (done_head_ != nullptr) {
     events += run_completions();
   }
@@ -146,7 +145,7 @@ bool Worker::drop_for_test() noexcept {
   return static_cast<std::uint32_t>(rng_ >> 32) < drop_threshold_;
 }
 
-// --- eager rings (ring.cc) -------------------------------------------------------------------
+// --- RC eager rings (channel/rc_ring.cc): polled by progress -----------------------------------
 
 int Worker::poll_rings() {
   int n = 0;
@@ -158,7 +157,7 @@ int Worker::poll_rings() {
 }
 
 int Worker::poll_ring(Peer& p) {
-  eager::RecvRing& ring = *p.rx_ring;
+  eager::RecvRing& ring = *p.rc.rx_ring;
   int n = 0;
   while (n < kRingPollBatch) {
     const protocol::RingPeek m = ring.peek();
@@ -194,14 +193,15 @@ int Worker::poll_ring(Peer& p) {
   maybe_grant(p);
   // Half the ring waits for our ring_ack: it goes out on our next message to the peer, or
   // (flush_peer, one progress call later) in a kAck.
-  if (ring.unreported() >= ring.slots() / 2 && !p.rc_grant_due) {
-    p.rc_grant_due = true;
-    p.rc_grant_held = false;
+  if (ring.unreported() >= ring.slots() / 2 && !p.rc.grant_due) {
+    p.rc.grant_due = true;
+    p.rc.grant_held = false;
     list_for_flush(p);
   }
   return n;
 }
 
+template <class Ch>
 void Worker::on_recv_completion(const ibv_wc& wc) {
   if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
     return;
@@ -238,15 +238,15 @@ void Worker::on_recv_completion(const ibv_wc& wc) {
     pool.release(buf);
     return;
   }
-  on_data_message(pool, buf, wc);
+  on_data_message<Ch>(pool, buf, wc);
 }
 
+template <class Ch>
 inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, const ibv_wc& wc) {
   const std::uint8_t pid = pool.params().pool_id;
   const std::byte* msg = pool.message(buf);
   const std::size_t length = payload_bytes(wc, pool.params().grh_bytes);
-  if (ud_mode_ && drop_for_test()) {
-    ++stat_ud_dropped_test_;
+  if (Ch::dropped_for_test(*this)) {
     pool.release(buf);
     return;
   }
@@ -267,58 +267,24 @@ inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, con
     pool.release(buf);
     return;
   }
-  const auto kind = static_cast<protocol::MsgKind>(h.kind);
   std::uint64_t now = 0;
-  if (ud_mode_) {
-    if (wc.src_qp != p.address.ud_qpn[0] && wc.src_qp != p.address.ud_qpn[1]) [[unlikely]] {
-      ++stat_dropped_foreign_;
-      pool.release(buf);
-      return;
-    }
-    now = now_us();
-    if ((h.flags & protocol::kFlagAckValid) != 0) {
-      on_ud_ack(p, h.ack, now);
-    }
-    if (kind == protocol::MsgKind::kAck) {
-      pool.release(buf);
-      return;
-    }
-  } else {
-    on_rc_acks(p, h);
-    if (kind == protocol::MsgKind::kAck) {
-      pool.release(buf);
-      return;
-    }
-    if (h.seq != p.rx->expected() && p.rx_ring) [[unlikely]] {
-      // The messages before it may be in the peer's ring, placed but not polled yet: take them
-      // first (without this, one placed long enough ago could even be outside the order window).
-      (void)poll_ring(p);
-    }
+  if (!Ch::admit(*this, p, h, wc, now)) {
+    pool.release(buf);  // an ack (taken), or not from the peer's QPs (counted)
+    return;
   }
+  const auto kind = static_cast<protocol::MsgKind>(h.kind);
   const std::byte* payload = msg + protocol::kHeaderSize + protocol::body_size(kind);
   if (h.seq == p.rx->expected()) [[likely]] {
-    if (ud_mode_) {
-      p.ud_ack->on_received(now);
-      if ((h.flags & protocol::kFlagAckRequest) != 0) {
-        p.ud_ack->on_ack_requested();
-      }
-      list_ud_timer(p);
-    }
+    Ch::before_in_order(*this, p, h, now);
     deliver_in_order(p, h, msg + protocol::kHeaderSize, payload, pid, buf);
-    if (!ud_mode_) {
-      maybe_grant(p);
-      count_for_ring(p);
-    }
+    Ch::after_in_order(*this, p);
     return;
   }
   // Out of order: hold it (or drop a duplicate).
   MsgDesc* d = keep_message(p, h, payload, pid, buf);
   const protocol::Arrival a = p.rx->on_arrival(h.seq, reinterpret_cast<std::uintptr_t>(d));
   if (a == protocol::Arrival::kHeld) {
-    if (ud_mode_) {
-      p.ud_ack->on_received(now);
-      list_ud_timer(p);
-    }
+    Ch::on_held(*this, p, now);
     return;
   }
   release_message(d);
@@ -326,15 +292,8 @@ inline void Worker::on_data_message(eager::SrqPool& pool, std::uint32_t buf, con
     ++stat_ud_duplicates_;
   } else {
     ++stat_out_of_window_;
-    if (!ud_mode_) {
-      std::fprintf(stderr, "rdmx: RC message seq %u from %016llx outside the order window\n", h.seq,
-                   static_cast<unsigned long long>(p.uid));
-    }
   }
-  if (ud_mode_) {
-    p.ud_ack->on_duplicate();  // the sender resends: our ack is lost or late
-    list_ud_timer(p);
-  }
+  Ch::on_rejected(*this, p, h, a);
 }
 
 inline void Worker::deliver_in_order(Peer& p, const protocol::MsgHeader& h, const std::byte* body,
@@ -661,5 +620,11 @@ int Worker::cancel(Request* r) {
   }
   return RDMX_ERR_BUSY;
 }
+
+// The channel types' receive paths (channel.h), entered through ops_.
+template int Worker::poll_recv<RcChannel>(Worker&, ibv_cq*);
+template int Worker::poll_recv<UdChannel>(Worker&, ibv_cq*);
+template void Worker::on_recv<RcChannel>(Worker&, const ibv_wc&);
+template void Worker::on_recv<UdChannel>(Worker&, const ibv_wc&);
 
 }  // namespace rdmx::transport

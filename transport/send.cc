@@ -1,6 +1,6 @@
 // The send path: requests, coalescing, queues for sends that must wait, match-acks, a failed
-// peer's sends. Posting is in send_rc.cc (RC: credits, QPs, eager rings, watchdog) and
-// send_ud.cc (UD: window, resends, acks, timers). Send completions route through the wr_id
+// peer's sends. Posting is in channel/rc_send.cc (RC: credits, QPs, eager rings, watchdog) and
+// channel/ud_send.cc (UD: window, resends, acks, timers). Send completions route through the wr_id
 // (protocol/wr_id.h) to the descriptor, its queue and its peer.
 //
 // A standard send completes as soon as its bytes are on their way: inlined into the WR, or
@@ -24,6 +24,8 @@
 #include <cstring>
 #include <string>
 
+#include "transport/channel/rc_channel.h"
+#include "transport/channel/ud_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 
@@ -177,14 +179,14 @@ void Worker::flush_peer(Peer& peer) {
   if (peer.state != PeerState::kConnected) {
     return;
   }
-  if (peer.rc_grant_due) {
-    if (!peer.rc_grant_held) {
-      peer.rc_grant_held = true;  // the next progress call sends it if nothing carried it
+  if (peer.rc.grant_due) {
+    if (!peer.rc.grant_held) {
+      peer.rc.grant_held = true;  // the next progress call sends it if nothing carried it
     } else if (post_rc_ack(peer)) {
-      peer.rc_grant_due = false;
+      peer.rc.grant_due = false;
     }
   }
-  if (peer.ring_offer_due && !post_ring_offer(peer)) {
+  if (peer.rc.ring_offer_due && !post_ring_offer(peer)) {
     return;  // what follows needs the same resources
   }
   std::size_t done = 0;
@@ -226,8 +228,8 @@ void Worker::flush_listed_peers() {
     Peer& p = *flush_list_[i];
     flush_peer(p);
     if (p.state == PeerState::kConnected &&
-        (p.pending_head != nullptr || !p.pending_match_acks.empty() || p.rc_grant_due ||
-         p.ring_offer_due || p.batch.count() != 0)) {
+        (p.pending_head != nullptr || !p.pending_match_acks.empty() || p.rc.grant_due ||
+         p.rc.ring_offer_due || p.batch.count() != 0)) {
       flush_list_[keep++] = &p;
     } else {
       p.flush_listed = false;
@@ -313,7 +315,7 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   }
   peer.pending_match_acks.clear();
   peer.batch.clear();
-  if (peer.ud_tx) {
+  if (peer.ud.tx) {
     release_ud_window(peer);
   }
 }
@@ -375,6 +377,17 @@ int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::ui
 
 // --- completions ---------------------------------------------------------------------------
 
+template <class Ch>
+int Worker::poll_send(Worker& w, ibv_cq* cq) {
+  return poll_batch(cq, [&w](const ibv_wc& wc) { w.on_send_completion<Ch>(wc); });
+}
+
+template <class Ch>
+void Worker::on_send(Worker& w, const ibv_wc& wc) {
+  w.on_send_completion<Ch>(wc);
+}
+
+template <class Ch>
 void Worker::on_send_completion(const ibv_wc& wc) {
   if (wc.wr_id == verbs::kDrainSendWrId || wc.wr_id == verbs::kDrainRecvWrId) {
     return;
@@ -403,39 +416,40 @@ void Worker::on_send_completion(const ibv_wc& wc) {
     if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) {
       ++stat_rnr_exceeded_;
     }
-    Peer* owner = static_cast<Peer*>(desc.peer);
-    if (ud_mode_ && owner != nullptr && desc.queue == &owner->wqp_sq) {
-      // UD mode's on-demand write QP: only that connection is lost, not the peer.
-      write_qp_failed = owner;
-      if (wc.status != IBV_WC_WR_FLUSH_ERR && config_.verbose >= 1) {
-        std::fprintf(stderr, "rdmx: RDMA write to %016llx failed: %s\n",
-                     static_cast<unsigned long long>(owner->uid), ibv_wc_status_str(wc.status));
-      }
-    } else if (wc.status != IBV_WC_WR_FLUSH_ERR && !ud_mode_ && desc.queue != &ctrl_sq_ &&
-               desc.peer != nullptr) {
-      // An RC error (retry exceeded: the peer is gone) moves the QP to ERR; flushes follow.
-      failed = static_cast<Peer*>(desc.peer);
-      if (config_.verbose >= 1 || !closing_) {
-        std::fprintf(stderr, "rdmx: RC send to %016llx failed: %s\n",
-                     static_cast<unsigned long long>(failed->uid), ibv_wc_status_str(wc.status));
-      }
-    } else if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-      // A shared UD QP: the send error moved it to an error state (rxe: when the link is
-      // down), which reliability cannot ride through by itself: faults.cc brings it back.
-      note_ud_qp_error(desc.queue);
-      if (config_.verbose >= 1) {
-        std::fprintf(stderr, "rdmx: send failed: %s\n", ibv_wc_status_str(wc.status));
-      }
+    const bool flushed = wc.status == IBV_WC_WR_FLUSH_ERR;
+    switch (Ch::send_error(*this, desc, wc)) {
+      case SendErrorScope::kWriteQp:
+        write_qp_failed = static_cast<Peer*>(desc.peer);
+        if (!flushed && config_.verbose >= 1) {
+          std::fprintf(stderr, "rdmx: RDMA write to %016llx failed: %s\n",
+                       static_cast<unsigned long long>(write_qp_failed->uid),
+                       ibv_wc_status_str(wc.status));
+        }
+        break;
+      case SendErrorScope::kPeer:
+        failed = static_cast<Peer*>(desc.peer);
+        if (config_.verbose >= 1 || !closing_) {
+          std::fprintf(stderr, "rdmx: RC send to %016llx failed: %s\n",
+                       static_cast<unsigned long long>(failed->uid), ibv_wc_status_str(wc.status));
+        }
+        break;
+      case SendErrorScope::kSharedUdQp:
+        // faults.cc brings the QP back: reliability cannot ride through an error state itself.
+        note_ud_qp_error(desc.queue);
+        if (config_.verbose >= 1) {
+          std::fprintf(stderr, "rdmx: send failed: %s\n", ibv_wc_status_str(wc.status));
+        }
+        break;
+      case SendErrorScope::kNothing:
+        break;
     }
   }
-  if (desc.peer != nullptr && !ud_mode_) {
-    ++static_cast<Peer*>(desc.peer)->rc_completions;
-  }
+  Ch::on_send_done(static_cast<Peer*>(desc.peer));
   (void)desc.queue->complete(pool, id.slot, [](eager::SendDesc& d) {
     if (d.sequenced && d.peer != nullptr) {
       Peer* p = static_cast<Peer*>(d.peer);
-      if (p->rc_guard) {
-        p->rc_guard->on_complete(d.seq);
+      if (p->rc.guard) {
+        p->rc.guard->on_complete(d.seq);
       }
     }
   });
@@ -444,12 +458,12 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   } else if (rndv_token != 0) {
     rndv_->on_write_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
   }
-  if (write_qp_failed != nullptr && write_qp_failed->wqp_state == WriteQpState::kReady) {
-    write_qp_failed->wqp_sq.close();
+  if (write_qp_failed != nullptr && write_qp_failed->ud.wqp_state == WriteQpState::kReady) {
+    write_qp_failed->ud.wqp_sq.close();
     (void)retire_wqp(*write_qp_failed, true);
   }
   if (failed != nullptr) {
-    for (auto& sq : failed->rc_sq) {
+    for (auto& sq : failed->rc.sq) {
       sq.close();
     }
     // Cold path: the reason names the device's status, and what to do about an RNR failure.
@@ -471,10 +485,16 @@ void Worker::on_drain_completion(const ibv_wc& wc) {
   }
   const protocol::WrKind kind = protocol::wr_kind(wc.wr_id);
   if (kind == protocol::WrKind::kSrqRecv || kind == protocol::WrKind::kUdRecv) {
-    on_recv_completion(wc);
+    ops_.on_recv(*this, wc);
   } else {
-    on_send_completion(wc);
+    ops_.on_send(*this, wc);
   }
 }
+
+// The channel types' send completion paths (channel.h), entered through ops_.
+template int Worker::poll_send<RcChannel>(Worker&, ibv_cq*);
+template int Worker::poll_send<UdChannel>(Worker&, ibv_cq*);
+template void Worker::on_send<RcChannel>(Worker&, const ibv_wc&);
+template void Worker::on_send<UdChannel>(Worker&, const ibv_wc&);
 
 }  // namespace rdmx::transport

@@ -15,6 +15,8 @@
 #include <random>
 #include <string>
 
+#include "transport/channel/rc_channel.h"
+#include "transport/channel/ud_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 #include "verbs/mr.h"
@@ -271,10 +273,25 @@ void Worker::size_queues(const ibv_device_attr& dev) {
   }
   fit_pinned_memory(mtu_bytes(port_attr_.active_mtu));
   ud_mode_ = res_.ud;
+  choose_channel();
   rd_atomic_ =
       static_cast<std::uint8_t>(std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1,
                                            static_cast<int>(res_.rc_max_rd_atomic)));
   update_rc_credit_window();
+}
+
+template <class Ch>
+ChannelOps Worker::channel_ops() noexcept {
+  return {.post = &Ch::post,
+          .stream_full = &Ch::stream_full,
+          .poll_recv = &Worker::poll_recv<Ch>,
+          .poll_send = &Worker::poll_send<Ch>,
+          .on_recv = &Worker::on_recv<Ch>,
+          .on_send = &Worker::on_send<Ch>};
+}
+
+void Worker::choose_channel() noexcept {
+  ops_ = ud_mode_ ? channel_ops<UdChannel>() : channel_ops<RcChannel>();
 }
 
 void Worker::name_worker() {

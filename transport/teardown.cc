@@ -104,12 +104,12 @@ void Worker::flush_before_close(debug::DestroyReport& report) {
       if (p->state != PeerState::kConnected) {
         continue;
       }
-      busy |= p->ud_tx && p->ud_tx->in_flight() > 0;
+      busy |= p->ud.tx && p->ud.tx->in_flight() > 0;
       busy |= !p->pending_match_acks.empty() || p->batch.count() != 0;
       for (int c = 0; c < kNumClasses; ++c) {
-        if (p->rc_qp[c] && p->rc_sq[c].outstanding() > 0) {
+        if (p->rc.qp[c] && p->rc.sq[c].outstanding() > 0) {
           busy = true;
-          if (p->rc_sq[c].unsignaled_tail() != 0) {
+          if (p->rc.sq[c].unsignaled_tail() != 0) {
             (void)post_rc_flush(*p, c);
           }
         }
@@ -122,7 +122,7 @@ void Worker::flush_before_close(debug::DestroyReport& report) {
     (void)progress();
   }
   for (auto& p : peers_) {
-    if (p->state == PeerState::kConnected && p->ud_ack && p->ud_ack->unacked() > 0) {
+    if (p->state == PeerState::kConnected && p->ud.ack && p->ud.ack->unacked() > 0) {
       (void)post_ud_ack(*p);
     }
   }
@@ -151,12 +151,12 @@ std::vector<std::pair<verbs::QueuePair*, eager::SendQueue*>> Worker::all_qps() {
   std::vector<std::pair<verbs::QueuePair*, eager::SendQueue*>> qps;
   for (auto& p : peers_) {
     for (int c = 0; c < kNumClasses; ++c) {
-      if (p->rc_qp[c]) {
-        qps.emplace_back(p->rc_qp[c].get(), &p->rc_sq[c]);
+      if (p->rc.qp[c]) {
+        qps.emplace_back(p->rc.qp[c].get(), &p->rc.sq[c]);
       }
     }
-    if (p->write_qp) {
-      qps.emplace_back(p->write_qp.get(), &p->wqp_sq);
+    if (p->ud.write_qp) {
+      qps.emplace_back(p->ud.write_qp.get(), &p->ud.wqp_sq);
     }
   }
   for (int c = 0; c < kNumClasses; ++c) {
@@ -232,8 +232,8 @@ void Worker::shut_down_qps(debug::DestroyReport& report) {
     }
   }
   for (auto& p : peers_) {
-    p->rc_qp = {};
-    p->write_qp.reset();
+    p->rc.qp = {};
+    p->ud.write_qp.reset();
   }
   ud_qp_ = {};
   ctrl_qp_.reset();
@@ -243,7 +243,7 @@ void Worker::shut_down_qps(debug::DestroyReport& report) {
 // rings' memory, then the rendezvous registrations, then the cache's MRs (before the PD).
 void Worker::release_remote_access(debug::DestroyReport& report) {
   for (auto& p : peers_) {
-    p->rx_ring.reset();
+    p->rc.rx_ring.reset();
   }
   ring_peers_.clear();
   if (ring_slab_ && ring_slab_->destroy() != 0) {

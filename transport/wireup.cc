@@ -126,13 +126,13 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
     wc.rto_min_us = std::max<std::uint32_t>(config_.ud_rto_us, 100);
     wc.rto_max_us = std::max<std::uint64_t>(wc.rto_min_us, 1'000'000);
     wc.peer_timeout_us = std::uint64_t{std::max<std::uint32_t>(config_.peer_timeout_ms, 1)} * 1000;
-    peer.ud_tx = std::make_unique<protocol::SendWindow>(wc);
-    peer.ud_ack = std::make_unique<protocol::AckPolicy>();
-    peer.ud_cwnd = kUdCwndInitial;
+    peer.ud.tx = std::make_unique<protocol::SendWindow>(wc);
+    peer.ud.ack = std::make_unique<protocol::AckPolicy>();
+    peer.ud.cwnd = kUdCwndInitial;
   } else {
     peer.rx = std::make_unique<protocol::Sequencer>(kRcOrderWindow);
-    peer.rc_guard = std::make_unique<OrderGuard>(kRcOrderWindow);
-    peer.ring_countdown = res_.ring_peers != 0 ? kRingOfferAfter : 0;
+    peer.rc.guard = std::make_unique<OrderGuard>(kRcOrderWindow);
+    peer.rc.ring_countdown = res_.ring_peers != 0 ? kRingOfferAfter : 0;
   }
   return RDMX_OK;
 }
@@ -157,9 +157,9 @@ void Worker::create_rc_qps(Peer& peer) {
         .port_num = port_,
         .pkey_index = 0,
         .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ});
-    peer.rc_psn[c] = rd() & 0xffffff;
-    peer.rc_sq[c] = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery, kRcSendReserve);
-    peer.rc_qp[c] = std::move(qp);
+    peer.rc.psn[c] = rd() & 0xffffff;
+    peer.rc.sq[c] = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery, kRcSendReserve);
+    peer.rc.qp[c] = std::move(qp);
   }
 }
 
@@ -171,7 +171,7 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
     remote.qpn = qpn[c];
     remote.psn = psn[c];
     // min_rnr_timer 1 (0.01 ms): an empty SRQ costs senders a short wait, not 655 ms (0).
-    peer.rc_qp[c]->to_rtr(verbs::RcRtrAttr{.remote = remote,
+    peer.rc.qp[c]->to_rtr(verbs::RcRtrAttr{.remote = remote,
                                            .path_mtu = peer.path_mtu,
                                            .sgid_index = static_cast<std::uint8_t>(gid_index_),
                                            .min_rnr_timer = 1,
@@ -183,8 +183,8 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
     // send completion for peer_timeout_ms) then finds dead peers.
     // rnr_retry: rc_rnr_retry, by default 7, for ever: credits keep the peer's SRQ from running
     // dry, but a refill can lag (an RNR NAK then costs a wait, not the connection).
-    peer.rc_qp[c]->to_rts(
-        verbs::RcRtsAttr{.sq_psn = peer.rc_psn[c],
+    peer.rc.qp[c]->to_rts(
+        verbs::RcRtsAttr{.sq_psn = peer.rc.psn[c],
                          .timeout = 17,
                          .retry_cnt = 7,
                          // no more reads in flight than the peer takes
@@ -195,7 +195,7 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
 }
 
 void Worker::start_connect(Peer& peer) {
-  if (!ud_mode_ && !peer.rc_qp[0]) {
+  if (!ud_mode_ && !peer.rc.qp[0]) {
     create_rc_qps(peer);
   }
   arm_connect(peer, /*send_request=*/true);
@@ -290,8 +290,8 @@ bool Worker::send_connect(Peer& peer, std::uint8_t op) {
   body.target_uid = peer.uid;
   body.target_instance = peer.remote_instance;
   for (int c = 0; c < kNumClasses; ++c) {
-    body.rc_qpn[c] = peer.rc_qp[c] ? peer.rc_qp[c]->qp_num() : 0;
-    body.rc_psn[c] = peer.rc_psn[c];
+    body.rc_qpn[c] = peer.rc.qp[c] ? peer.rc.qp[c]->qp_num() : 0;
+    body.rc_psn[c] = peer.rc.psn[c];
   }
   std::memcpy(body.address, address_bytes_.data(), kAddressSize);
   protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kConnect);
@@ -342,7 +342,7 @@ void Worker::on_connected(Peer& peer) {
   }
   // A grant may have come due while data raced ahead of the peer's REPLY (flush_peer skips
   // peers that are not connected yet).
-  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.rc_grant_due) {
+  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.rc.grant_due) {
     list_for_flush(peer);
   }
 }
@@ -360,17 +360,7 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
   }
   const auto kind = static_cast<protocol::MsgKind>(h.kind);
   if (kind == protocol::MsgKind::kDisconnect) {
-    if (h.src_ep < peers_.size()) {
-      Peer& p = *peers_[h.src_ep];
-      if (p.have_address && p.address.ctrl_qpn == wc.src_qp) {
-        // What it wrote into our eager ring before leaving (a match-ack, say) was placed before
-        // this message came: take it first, as the receive CQ orders its SRQ messages.
-        if (p.rx_ring) {
-          (void)poll_ring(p);
-        }
-        fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed", /*dead=*/false);
-      }
-    }
+    on_disconnect(h, wc);
     return;
   }
   ConnectBody body;
@@ -395,9 +385,27 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
     }
     return;
   }
-  if (body.op != connect_op::kRequest && body.op != connect_op::kReply) {
+  if (body.op == connect_op::kRequest || body.op == connect_op::kReply) {
+    on_handshake(body, from);
+  }
+}
+
+void Worker::on_disconnect(const protocol::MsgHeader& h, const ibv_wc& wc) {
+  if (h.src_ep >= peers_.size()) {
     return;
   }
+  Peer& p = *peers_[h.src_ep];
+  if (p.have_address && p.address.ctrl_qpn == wc.src_qp) {
+    // What it wrote into our eager ring before leaving (a match-ack, say) was placed before
+    // this message came: take it first, as the receive CQ orders its SRQ messages.
+    if (p.rc.rx_ring) {
+      (void)poll_ring(p);
+    }
+    fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed", /*dead=*/false);
+  }
+}
+
+void Worker::on_handshake(const ConnectBody& body, const WorkerAddress& from) {
   Peer* p = find_peer(from.uid);
   if (p == nullptr) {
     if (body.op == connect_op::kReply) {
@@ -431,7 +439,7 @@ void Worker::on_ctrl_message(const std::byte* msg, std::size_t length, const ibv
   bool just_connected = false;
   try {
     if (!ud_mode_) {
-      if (!p->rc_qp[0]) {
+      if (!p->rc.qp[0]) {
         create_rc_qps(*p);
       }
       if (!p->rc_ready) {

@@ -89,7 +89,7 @@ void Worker::stats(rdmx_stats_t* out) const {
     qps += q ? 1 : 0;
   }
   for (const auto& p : peers_) {
-    for (const auto& q : p->rc_qp) {
+    for (const auto& q : p->rc.qp) {
       qps += q ? 1 : 0;
     }
   }
@@ -111,8 +111,8 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_reg_misses = r.misses;
   }
   for (const auto& p : peers_) {
-    s.rc_connections += p->wqp_state != WriteQpState::kNone ? 1 : 0;
-    s.num_qps += p->write_qp ? 1 : 0;
+    s.rc_connections += p->ud.wqp_state != WriteQpState::kNone ? 1 : 0;
+    s.num_qps += p->ud.write_qp ? 1 : 0;
   }
   s.rc_connects = stat_rc_connects_;
   s.rc_retired = stat_rc_retired_;
@@ -173,23 +173,23 @@ void Worker::dump() const {
                  p->index, static_cast<unsigned long long>(p->uid), to_string(p->state).data(),
                  p->remote_index, p->pending_count, p->pending_match_acks.size(),
                  p->rx ? p->rx->expected() : 0, p->rx ? p->rx->held() : 0);
-    if (p->ud_tx) {
+    if (p->ud.tx) {
       std::fprintf(stderr, " tx next %u in flight %zu rto %llu deadline %llu ack unacked %zu",
-                   p->ud_tx->next_seq(), p->ud_tx->in_flight(),
-                   static_cast<unsigned long long>(p->ud_tx->rto_us()),
-                   static_cast<unsigned long long>(p->ud_tx->deadline_us()), p->ud_ack->unacked());
+                   p->ud.tx->next_seq(), p->ud.tx->in_flight(),
+                   static_cast<unsigned long long>(p->ud.tx->rto_us()),
+                   static_cast<unsigned long long>(p->ud.tx->deadline_us()), p->ud.ack->unacked());
     }
-    if (p->rc_guard) {
+    if (p->rc.guard) {
       std::fprintf(stderr, " guard next %u oldest %u sq %u/%u completions %llu",
-                   p->rc_guard->next(), p->rc_guard->oldest(), p->rc_sq[0].outstanding(),
-                   p->rc_sq[1].outstanding(), static_cast<unsigned long long>(p->rc_completions));
+                   p->rc.guard->next(), p->rc.guard->oldest(), p->rc.sq[0].outstanding(),
+                   p->rc.sq[1].outstanding(), static_cast<unsigned long long>(p->rc.completions));
     }
-    if (p->tx_ring.slots != 0) {
-      std::fprintf(stderr, " ring out %u/%u taken", p->tx_ring.sent, p->tx_ring.taken);
+    if (p->rc.tx_ring.slots != 0) {
+      std::fprintf(stderr, " ring out %u/%u taken", p->rc.tx_ring.sent, p->rc.tx_ring.taken);
     }
-    if (p->rx_ring) {
-      std::fprintf(stderr, " ring in %u taken %u unreported", p->rx_ring->taken(),
-                   p->rx_ring->unreported());
+    if (p->rc.rx_ring) {
+      std::fprintf(stderr, " ring in %u taken %u unreported", p->rc.rx_ring->taken(),
+                   p->rc.rx_ring->unreported());
     }
     std::fprintf(stderr, "\n");
   }
@@ -210,7 +210,7 @@ std::vector<debug::RcReadLimits> Worker::rc_read_limits(std::uint64_t peer_uid) 
     if (p->uid != peer_uid) {
       continue;
     }
-    for (const auto& qp : p->rc_qp) {
+    for (const auto& qp : p->rc.qp) {
       if (qp) {
         const ibv_qp_attr a = qp->query(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC);
         out.push_back(

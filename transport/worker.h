@@ -2,9 +2,10 @@
 // engine behind the C API (include/rdmx/rdmx.h).
 //
 // Its member functions live in files named for their role (the transport/README.md table says
-// what each holds): setup.cc, teardown.cc, worker.cc (stats, test hooks), wireup.cc, send.cc
-// with send_rc.cc and send_ud.cc, recv.cc, requests.cc, rndv.cc, ring.cc, liveness.cc,
-// faults.cc; api.cc has the C functions.
+// what each holds): setup.cc, teardown.cc, worker.cc (stats, test hooks), wireup.cc, send.cc,
+// recv.cc, requests.cc, rndv.cc, liveness.cc, faults.cc; the channels' own in channel/ (rc_send.cc,
+// rc_ring.cc, ud_send.cc, ud_write_qp.cc; channel/channel.h says what a channel is); api.cc has
+// the C functions.
 //
 // Threads: the public API is single-threaded per worker, but send resources are per thread
 // (ThreadCtx, its index in every wr_id) so that more posting threads can be added without
@@ -35,6 +36,7 @@
 #include "rendezvous/engine.h"
 #include "rendezvous/rc_lru.h"
 #include "rendezvous/reg_cache.h"
+#include "transport/channel/channel.h"
 #include "transport/clock.h"
 #include "transport/config.h"
 #include "transport/debug.h"
@@ -61,11 +63,11 @@ inline constexpr std::uint8_t kPoolSmall = 0;
 inline constexpr std::uint8_t kPoolLarge = 1;
 inline constexpr std::uint8_t kPoolCtrl = 2;
 inline constexpr int kNumPools = 3;
-// Not a pool: a message read from a peer's eager ring (ring.cc); held or unexpected ones are
-// copied out, the ring slot is cleared once the message is delivered.
+// Not a pool: a message read from a peer's eager ring (channel/rc_ring.cc); held or unexpected ones
+// are copied out, the ring slot is cleared once the message is delivered.
 inline constexpr std::uint8_t kPoolRing = 0xfe;
 
-// RC eager rings (ring.cc): a peer gets one after this many messages in order (openib's
+// RC eager rings (channel/rc_ring.cc): a peer gets one after this many messages in order (openib's
 // eager_rdma_threshold was 16), and a progress call takes at most kRingPollBatch per ring.
 inline constexpr std::uint32_t kRingOfferAfter = 16;
 inline constexpr int kRingPollBatch = 16;
@@ -203,7 +205,12 @@ class Worker {
 
  private:
   explicit Worker(const rdmx_config_t& config);
-  void setup();  // throws verbs::Error
+  friend struct RcChannel;
+  friend struct UdChannel;
+  template <class Ch>
+  static ChannelOps channel_ops() noexcept;
+  void choose_channel() noexcept;  // ops_ for ud_mode_ (setup.cc)
+  void setup();                    // throws verbs::Error
   // The buffers setup registers, from the resolved sizes: one home for their parameters, used to
   // size them against the pinning limit and to make them.
   static eager::SrqPool::Params data_pool_params(std::uint8_t c, const Resolved& r) noexcept;
@@ -251,6 +258,9 @@ class Worker {
   bool post_ctrl(Peer& peer, const protocol::MsgHeader& header, const void* body,
                  std::size_t length);
   void on_ctrl_message(const std::byte* msg, std::size_t length, const ibv_wc& wc);
+  void on_disconnect(const protocol::MsgHeader& header, const ibv_wc& wc);
+  void on_handshake(const protocol::ConnectBody& body,
+                    const WorkerAddress& from);  // kRequest, kReply
   void run_connect_timers(std::uint64_t now_us);
   void on_connected(Peer& peer);
 
@@ -324,13 +334,35 @@ class Worker {
   void notify_peer_failures();
 
   // --- receive path (recv.cc)
-  int poll_cq(ibv_cq* cq, bool recv);
   int poll_cqs();  // both CQs (teardown)
   bool send_completions_expected() const noexcept;
-  void on_send_completion(const ibv_wc& wc);
-  void on_recv_completion(const ibv_wc& wc);
   void on_drain_completion(const ibv_wc& wc);
+  // The generic completion paths over the channel type Ch (channel.h), entered through ops_:
+  // receives in recv.cc, sends in send.cc, each instantiated there for every channel type.
+  // Up to kPollBatch completions of `cq`, each to on_wc.
+  template <class OnWc>
+  static int poll_batch(ibv_cq* cq, OnWc&& on_wc) {
+    std::array<ibv_wc, kPollBatch> wcs;
+    const int n = ibv_poll_cq(cq, kPollBatch, wcs.data());
+    for (int i = 0; i < n; ++i) {
+      on_wc(wcs[static_cast<std::size_t>(i)]);
+    }
+    return n > 0 ? n : 0;
+  }
+  template <class Ch>
+  static int poll_recv(Worker& w, ibv_cq* cq);
+  template <class Ch>
+  static void on_recv(Worker& w, const ibv_wc& wc);
+  template <class Ch>
+  static int poll_send(Worker& w, ibv_cq* cq);
+  template <class Ch>
+  static void on_send(Worker& w, const ibv_wc& wc);
+  template <class Ch>
+  void on_recv_completion(const ibv_wc& wc);
+  template <class Ch>
+  void on_send_completion(const ibv_wc& wc);
   // Inlined into their few callers (see start_send).
+  template <class Ch>
   [[gnu::always_inline]] void on_data_message(eager::SrqPool& pool, std::uint32_t buf,
                                               const ibv_wc& wc);
   [[gnu::always_inline]] void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header,
@@ -358,7 +390,7 @@ class Worker {
   void note_ud_qp_error(const eager::SendQueue* queue) noexcept;
   void recover_ud_qps();  // from run_watchdogs
 
-  // --- RC eager rings (ring.cc, protocol/ring.h)
+  // --- RC eager rings (channel/rc_ring.cc, protocol/ring.h)
   void offer_ring(Peer& peer);
   bool post_ring_offer(Peer& peer);  // false: no send resource now, flush_peer retries
   void on_ring_offer(Peer& peer, const protocol::RingBody& body);
@@ -372,25 +404,25 @@ class Worker {
       on_rc_credits(peer, h.ack);
     }
     if ((h.flags & protocol::kFlagRingAck) != 0) {
-      peer.tx_ring.taken = protocol::ring_newer(peer.tx_ring.taken, h.ring_ack);
+      peer.rc.tx_ring.taken = protocol::ring_newer(peer.rc.tx_ring.taken, h.ring_ack);
     }
   }
   // Sending side of the ring ack: how far we have read the ring the peer writes into, put in an
   // outgoing RC header; once that header is posted, reported.
   static void stamp_ring_ack(const Peer& peer, protocol::MsgHeader& h) noexcept {
-    if (peer.rx_ring) {
+    if (peer.rc.rx_ring) {
       h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagRingAck);
-      h.ring_ack = peer.rx_ring->taken();
+      h.ring_ack = peer.rc.rx_ring->taken();
     }
   }
   static void ring_ack_posted(Peer& peer, const protocol::MsgHeader& h) noexcept {
     if ((h.flags & protocol::kFlagRingAck) != 0) {
-      peer.rx_ring->reported(h.ring_ack);
+      peer.rc.rx_ring->reported(h.ring_ack);
     }
   }
   // One more message from the peer in order: offer it a ring once it has sent kRingOfferAfter.
   void count_for_ring(Peer& peer) {
-    if (peer.ring_countdown != 0 && --peer.ring_countdown == 0) [[unlikely]] {
+    if (peer.rc.ring_countdown != 0 && --peer.rc.ring_countdown == 0) [[unlikely]] {
       offer_ring(peer);
     }
   }
@@ -400,7 +432,8 @@ class Worker {
                                                std::uint8_t pool, std::uint32_t buf);
 
   // --- rendezvous (rndv.cc): the glue between the transport and rendezvous::Engine
-  class RndvHooks;  // the engine's rendezvous::Transport
+  template <class Ch>
+  class RndvHooks;  // the engine's rendezvous::Transport over channel type Ch
   void setup_rendezvous();
   // Posts the RTS of a rendezvous send (start_send's counterpart for large messages).
   bool start_rndv_send(Peer& peer, Request* request);
@@ -410,8 +443,10 @@ class Worker {
   // kCts, kFin and kRndvData delivered in order.
   void on_rndv_message(Peer& peer, const protocol::MsgHeader& header, const std::byte* body,
                        const std::byte* payload);
-  rendezvous::WriteConnection write_connection(Peer& peer);
-  rendezvous::PostResult post_write(Peer& peer, const rendezvous::WriteRequest& write);
+  rendezvous::WriteConnection ud_write_connection(Peer& peer);  // UdChannel::write_connection
+  // On the channel's write queue (nullptr: none ready).
+  rendezvous::PostResult post_write(Peer& peer, eager::SendQueue* sq,
+                                    const rendezvous::WriteRequest& write);
   rendezvous::PostResult post_read(Peer& peer, const rendezvous::ReadRequest& read);
   // UD: on-demand RC connections for writes.
   void start_wqp_connect(Peer& peer);
@@ -440,6 +475,8 @@ class Worker {
   std::string device_name_;
   Resolved res_;
   bool ud_mode_ = false;
+  // The channel type's entry points (channel.h), chosen once at setup (choose_channel).
+  ChannelOps ops_;
   std::uint64_t uid_ = 0;
   std::uint64_t instance_ = 0;
   std::uint8_t port_ = 1;
@@ -463,7 +500,7 @@ class Worker {
   std::optional<verbs::CompletionQueue> send_cq_;
   std::optional<verbs::CompletionQueue> recv_cq_;
   std::array<std::unique_ptr<eager::SrqPool>, kNumPools> pools_;
-  // The memory of every eager ring we give (ring.cc), registered on the first offer.
+  // The memory of every eager ring we give (channel/rc_ring.cc), registered on the first offer.
   std::unique_ptr<eager::RingSlab> ring_slab_;
   std::vector<ThreadCtx> threads_;
   std::unique_ptr<verbs::QueuePair> ctrl_qp_;
@@ -473,7 +510,7 @@ class Worker {
   // Rendezvous: the registration cache (its MRs go before the PD), the engine and, in UD mode,
   // the cap on on-demand RC connections.
   std::unique_ptr<rendezvous::RegCache> rcache_;
-  std::unique_ptr<rendezvous::Transport> rndv_hooks_;  // a RndvHooks
+  std::unique_ptr<rendezvous::Transport> rndv_hooks_;  // a RndvHooks<channel type>
   std::unique_ptr<rendezvous::Engine> rndv_;
   std::unique_ptr<rendezvous::RcLru> wqp_lru_;
   std::vector<Peer*> wqp_connect_list_;
@@ -612,7 +649,7 @@ inline void Worker::complete(Request* r, int code) {
   done_tail_ = r;
 }
 
-// --- the send path's entry to RC and UD: a dispatch every eager message takes.
+// --- the send path's entry to the channel (chosen at setup: no mode test per message).
 
 inline Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind,
                                                std::uint64_t tag, std::uint32_t aux,
@@ -623,8 +660,7 @@ inline Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kin
   h.payload_length = static_cast<std::uint32_t>(length);
   h.tag = tag;
   h.aux = aux;
-  return ud_mode_ ? post_ud(peer, h, body, body_length, payload, length)
-                  : post_rc(peer, h, body, body_length, payload, length);
+  return ops_.post(*this, peer, h, body, body_length, payload, length);
 }
 
 }  // namespace rdmx::transport

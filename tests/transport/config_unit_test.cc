@@ -8,8 +8,8 @@
 
 #include "protocol/address.h"
 #include "rdmx/rdmx.h"
+#include "transport/channel/order_guard.h"
 #include "transport/config.h"
-#include "transport/order_guard.h"
 
 namespace rdmx::transport {
 namespace {

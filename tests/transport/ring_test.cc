@@ -1,5 +1,5 @@
-// RC eager rings (transport/ring.cc, protocol/ring.h): small messages RDMA-written into the
-// receiver's memory. Checked on real rxe devices, two ranks unless said:
+// RC eager rings (transport/channel/rc_ring.cc, protocol/ring.h): small messages RDMA-written into
+// the receiver's memory. Checked on real rxe devices, two ranks unless said:
 // - messages of every path (ring, SRQ small and large class, rendezvous, synchronous) mixed in
 //   one stream arrive once, in send order, with their bytes, receives posted before and after
 //   arrival; the counters prove the ring carried some and the SRQs the others;

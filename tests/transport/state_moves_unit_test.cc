@@ -81,7 +81,7 @@ TEST(StateMoves, ARefusedMoveChangesNothingAndSaysSo) {
   move_to(p, WriteQpState::kReady);
   move_to(p, WriteQpState::kConnecting);  // ready -> connecting: refused
   const std::string plog = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(p.wqp_state, WriteQpState::kReady);
+  EXPECT_EQ(p.ud.wqp_state, WriteQpState::kReady);
   EXPECT_EQ(plog, "rdmx: refused write connection state move ready -> connecting (peer 0xabc)\n");
   EXPECT_EQ(refused_moves(), refused_before + 2);  // what worker teardown reports to tests
 }

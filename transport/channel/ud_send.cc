@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "transport/channel/ud_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 
@@ -35,8 +36,8 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   const std::size_t wire = body_length + length;
   const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = ud_sq_[cls];
-  protocol::SendWindow& win = *peer.ud_tx;
-  if (!win.can_send() || win.in_flight() >= peer.ud_cwnd || !sq.has_room()) [[unlikely]] {
+  protocol::SendWindow& win = *peer.ud.tx;
+  if (UdChannel::stream_full(peer) || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
   eager::SendPool& pool = *threads_[0].send;
@@ -50,7 +51,7 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   h.ack = peer.rx->cumulative_ack();
   // The message that fills the congestion window asks for an ack at once, so the sender does
   // not idle for the receiver's delayed ack.
-  if (win.in_flight() + 1 >= peer.ud_cwnd) {
+  if (win.in_flight() + 1 >= peer.ud.cwnd) {
     h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckRequest);
   }
   // UD keeps a copy for retransmission until the ack.
@@ -75,7 +76,7 @@ Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const voi
   }
   pool.retain(bcls, buf);
   (void)win.on_send(h.seq, ud_slot(bcls, buf, cls), now_us());
-  peer.ud_ack->on_ack_sent();
+  peer.ud.ack->on_ack_sent();
   list_ud_timer(peer);
   return PostResult::kPosted;
 }
@@ -126,7 +127,7 @@ bool Worker::send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::s
   if (how == debug::Raw::kInStream) {
     auto h = protocol::load_wire<protocol::MsgHeader>(data);
     h.src_ep = p->remote_index;
-    h.seq = protocol::seq_add(p->ud_tx->next_seq(), h.seq);
+    h.seq = protocol::seq_add(p->ud.tx->next_seq(), h.seq);
     protocol::store_wire(data, h);
   }
   if (post_ud_buffer(*p, 0, 0, buf, length, /*want_signal=*/false) != 0) {
@@ -156,7 +157,7 @@ bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
     return false;
   }
   ++stat_ud_retransmits_;
-  peer.ud_ack->on_ack_sent();
+  peer.ud.ack->on_ack_sent();
   return true;
 }
 
@@ -182,17 +183,17 @@ bool Worker::post_ud_ack(Peer& peer) {
     }
     return false;
   }
-  peer.ud_ack->on_ack_sent();
+  peer.ud.ack->on_ack_sent();
   return true;
 }
 
 void Worker::list_ud_timer(Peer& peer) {
-  if (!peer.ud_timer_listed) {
-    peer.ud_timer_listed = true;
+  if (!peer.ud.timer_listed) {
+    peer.ud.timer_listed = true;
     ud_timer_list_.push_back(&peer);
   }
   next_ud_timer_us_ =
-      std::min({next_ud_timer_us_, peer.ud_tx->deadline_us(), peer.ud_ack->deadline_us()});
+      std::min({next_ud_timer_us_, peer.ud.tx->deadline_us(), peer.ud.ack->deadline_us()});
 }
 
 void Worker::run_ud_timers(std::uint64_t now) {
@@ -201,11 +202,11 @@ void Worker::run_ud_timers(std::uint64_t now) {
   for (std::size_t i = 0; i < ud_timer_list_.size(); ++i) {
     Peer& p = *ud_timer_list_[i];
     if (p.state == PeerState::kFailed) {
-      p.ud_timer_listed = false;
+      p.ud.timer_listed = false;
       continue;
     }
-    if (p.ud_tx->peer_dead(now)) {
-      p.ud_timer_listed = false;
+    if (p.ud.tx->peer_dead(now)) {
+      p.ud.timer_listed = false;
       fail_peer(p, RDMX_ERR_UNREACHABLE, "no acknowledgement within peer_timeout_ms");
       continue;
     }
@@ -213,28 +214,28 @@ void Worker::run_ud_timers(std::uint64_t now) {
     // after a gap, so once the gap is filled its cumulative ack covers the rest, which then
     // never needs resending. A larger loss takes a few more expiries.
     std::uint32_t burst = 0;
-    const bool expired = now >= p.ud_tx->deadline_us();
-    (void)p.ud_tx->due_for_retransmit(now, [&](protocol::Seq, std::uint32_t slot) {
+    const bool expired = now >= p.ud.tx->deadline_us();
+    (void)p.ud.tx->due_for_retransmit(now, [&](protocol::Seq, std::uint32_t slot) {
       return burst++ < kUdResendBurst && resend_ud(p, slot);
     });
     // Congestion is loss while the receiver keeps acknowledging. A receiver that acknowledged
     // nothing since the last expiry is not progressing (or is gone): shrinking the window then
     // would only make more standard sends wait for it; the RTO backoff handles that case.
-    if (expired && p.ud_acked_since_rto) {
-      p.ud_cwnd = std::max(kUdCwndMin, p.ud_cwnd / 2);
-      p.ud_cwnd_acked = 0;
+    if (expired && p.ud.acked_since_rto) {
+      p.ud.cwnd = std::max(kUdCwndMin, p.ud.cwnd / 2);
+      p.ud.cwnd_acked = 0;
     }
     if (expired) {
-      p.ud_acked_since_rto = false;
+      p.ud.acked_since_rto = false;
     }
-    if (p.ud_ack->ack_due(now)) {
+    if (p.ud.ack->ack_due(now)) {
       (void)post_ud_ack(p);
     }
-    if (p.ud_tx->in_flight() == 0 && p.ud_ack->unacked() == 0) {
-      p.ud_timer_listed = false;
+    if (p.ud.tx->in_flight() == 0 && p.ud.ack->unacked() == 0) {
+      p.ud.timer_listed = false;
       continue;
     }
-    next = std::min({next, p.ud_tx->deadline_us(), p.ud_ack->deadline_us()});
+    next = std::min({next, p.ud.tx->deadline_us(), p.ud.ack->deadline_us()});
     ud_timer_list_[keep++] = &p;
   }
   ud_timer_list_.resize(keep);
@@ -244,16 +245,16 @@ void Worker::run_ud_timers(std::uint64_t now) {
 void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
   eager::SendPool& pool = *threads_[0].send;
   std::uint32_t freed = 0;
-  (void)peer.ud_tx->on_ack(ack, now, [&](protocol::Seq, std::uint32_t slot) {
+  (void)peer.ud.tx->on_ack(ack, now, [&](protocol::Seq, std::uint32_t slot) {
     pool.unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
     ++freed;
   });
   if (freed != 0) {
-    peer.ud_acked_since_rto = true;
-    peer.ud_cwnd_acked += freed;
-    if (peer.ud_cwnd_acked >= peer.ud_cwnd && peer.ud_cwnd < kUdWindow) {
-      peer.ud_cwnd_acked -= peer.ud_cwnd;
-      ++peer.ud_cwnd;
+    peer.ud.acked_since_rto = true;
+    peer.ud.cwnd_acked += freed;
+    if (peer.ud.cwnd_acked >= peer.ud.cwnd && peer.ud.cwnd < kUdWindow) {
+      peer.ud.cwnd_acked -= peer.ud.cwnd;
+      ++peer.ud.cwnd;
     }
   }
   if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
@@ -263,9 +264,16 @@ void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
 
 void Worker::release_ud_window(Peer& peer) {
   eager::SendPool& pool = *threads_[0].send;
-  peer.ud_tx->drain([&](protocol::Seq, std::uint32_t slot) {
+  peer.ud.tx->drain([&](protocol::Seq, std::uint32_t slot) {
     pool.unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
   });
+}
+
+// The channel's post (ChannelOps::post): a tail call.
+rendezvous::PostResult UdChannel::post(Worker& w, Peer& peer, protocol::MsgHeader& h,
+                                       const void* body, std::size_t body_length,
+                                       const void* payload, std::size_t length) {
+  return w.post_ud(peer, h, body, body_length, payload, length);
 }
 
 }  // namespace rdmx::transport

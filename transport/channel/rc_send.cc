@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "transport/channel/rc_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 
@@ -27,10 +28,10 @@ void Worker::update_rc_credit_window() noexcept {
 protocol::Seq Worker::grant_credits(Peer& peer) noexcept {
   // The peer may send until rx->expected() + window; never take back what was granted.
   const protocol::Seq limit = protocol::seq_add(peer.rx->expected(), rc_credit_window_);
-  if (protocol::seq_gt(limit, peer.rc_granted)) {
-    peer.rc_granted = limit;
+  if (protocol::seq_gt(limit, peer.rc.granted)) {
+    peer.rc.granted = limit;
   }
-  return peer.rc_granted;
+  return peer.rc.granted;
 }
 
 void Worker::maybe_grant(Peer& peer) {
@@ -39,10 +40,10 @@ void Worker::maybe_grant(Peer& peer) {
   // consumed are reposted could let the peer's next messages meet an empty SRQ), and preferably
   // on our next message to the peer (post_rc): flush_peer holds it back for one progress call
   // before it sends a stand-alone kAck, so in two-way traffic the reply carries it.
-  const auto left = protocol::seq_diff(peer.rc_granted, peer.rx->expected());
-  if (left <= static_cast<std::int32_t>(rc_credit_window_ / 2) && !peer.rc_grant_due) {
-    peer.rc_grant_due = true;
-    peer.rc_grant_held = false;
+  const auto left = protocol::seq_diff(peer.rc.granted, peer.rx->expected());
+  if (left <= static_cast<std::int32_t>(rc_credit_window_ / 2) && !peer.rc.grant_due) {
+    peer.rc.grant_due = true;
+    peer.rc.grant_held = false;
     list_for_flush(peer);
   }
 }
@@ -63,7 +64,7 @@ bool Worker::post_rc_ack(Peer& peer) {
   if (!header_only_wr(pool, h, &post, &sge, &wr)) {
     return false;
   }
-  const int rc = peer.rc_sq[0].post(pool, wr, post);
+  const int rc = peer.rc.sq[0].post(pool, wr, post);
   if (rc != 0 && post.buf_class != eager::kNoBuffer) {
     pool.release_unused(0, post.buf);
   }
@@ -74,8 +75,8 @@ bool Worker::post_rc_ack(Peer& peer) {
 }
 
 void Worker::on_rc_credits(Peer& peer, protocol::Seq limit) {
-  if (protocol::seq_gt(limit, peer.rc_credit_limit)) {
-    peer.rc_credit_limit = limit;
+  if (protocol::seq_gt(limit, peer.rc.credit_limit)) {
+    peer.rc.credit_limit = limit;
     if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
       list_for_flush(peer);
     }
@@ -89,7 +90,7 @@ bool Worker::post_rc_flush(Peer& peer, int cls) {
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.num_sge = 0;
-  const int rc = peer.rc_sq[cls].post(
+  const int rc = peer.rc.sq[cls].post(
       *threads_[0].send, wr,
       eager::SendQueue::Post{.kind = protocol::WrKind::kControl,
                              .want_signal = true,
@@ -104,38 +105,36 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
   // Bytes after the header: the kind's body (rendezvous messages) and the payload.
   const std::size_t wire = body_length + length;
   const std::size_t total = protocol::kHeaderSize + wire;
-  // Into the peer's eager ring (ring.cc) when it gave us one, the message fits one inline write
+  // Into the peer's eager ring (rc_ring.cc) when it gave us one, the message fits one inline write
   // and a slot is free; the write goes over QP 0, which small sends use too. Otherwise the
   // receiver's size class picks the QP (each QP feeds the SRQ of its class).
-  TxRing& ring = peer.tx_ring;
+  TxRing& ring = peer.rc.tx_ring;
   const bool to_ring = protocol::ring_image_size(total) <= ring.max_image &&
                        protocol::ring_free_slots(ring.slots, ring.sent, ring.taken) != 0;
   const int cls = to_ring || wire <= peer.address.class_capacity[0] ? 0 : 1;
-  eager::SendQueue& sq = peer.rc_sq[cls];
+  eager::SendQueue& sq = peer.rc.sq[cls];
   // The order guard advances only as sends complete. Unsignalled sends left on the other QP
   // of this peer (no traffic there since) would stall it: flush that QP early.
-  if (peer.rc_guard->outstanding() >= kRcOrderWindow / 2) [[unlikely]] {
+  if (peer.rc.guard->outstanding() >= kRcOrderWindow / 2) [[unlikely]] {
     const int other = 1 - cls;
-    if (peer.rc_sq[other].unsignaled_tail() != 0) {
+    if (peer.rc.sq[other].unsignaled_tail() != 0) {
       (void)post_rc_flush(peer, other);
     }
   }
-  if (!peer.rc_guard->can_send() ||
-      !protocol::seq_lt(peer.rc_guard->next(), peer.rc_credit_limit) || !sq.has_room())
-      [[unlikely]] {
+  if (RcChannel::stream_full(peer) || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
   eager::SendPool& pool = *threads_[0].send;
-  h.seq = peer.rc_guard->next();
+  h.seq = peer.rc.guard->next();
   // Every RC message repeats our credit grant for the reverse direction, and carries a grant
   // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring
   // the peer writes into.
-  if (peer.rc_grant_due && !refill_wanted()) {
+  if (peer.rc.grant_due && !refill_wanted()) {
     (void)grant_credits(peer);
-    peer.rc_grant_due = false;
+    peer.rc.grant_due = false;
   }
   h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
-  h.ack = peer.rc_granted;
+  h.ack = peer.rc.granted;
   stamp_ring_ack(peer, h);
   ibv_sge sge[2];
   ibv_send_wr wr{};
@@ -205,7 +204,7 @@ Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const voi
     verbs::log_verb_failure("ibv_post_send", rc, to_ring ? "RC eager ring write" : "RC eager send");
     return PostResult::kFailed;
   }
-  peer.rc_guard->on_send();
+  peer.rc.guard->on_send();
   ring_ack_posted(peer, h);
   if (to_ring) {
     ring.head = ring.head + 1 == ring.slots ? 0 : ring.head + 1;
@@ -222,9 +221,9 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
     if (p->state != PeerState::kConnected || !p->rc_ready) {
       continue;
     }
-    if (p->rc_watch_since_us == 0) {  // first look at this peer: the wait starts now
-      p->rc_watch_since_us = now;
-      p->rc_watch_completions = p->rc_completions;
+    if (p->rc.watch_since_us == 0) {  // first look at this peer: the wait starts now
+      p->rc.watch_since_us = now;
+      p->rc.watch_completions = p->rc.completions;
       continue;
     }
     // Only a signalled WR is sure to complete: a QP whose outstanding WRs are all unsignalled
@@ -232,7 +231,7 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
     bool busy = false;
     bool kicked = false;
     for (int c = 0; c < kNumClasses; ++c) {
-      const eager::SendQueue& sq = p->rc_sq[c];
+      const eager::SendQueue& sq = p->rc.sq[c];
       if (sq.outstanding() > sq.unsignaled_tail()) {
         busy = true;
       } else if (sq.unsignaled_tail() != 0) {
@@ -245,32 +244,32 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
     // application is busy (an unmatched sync send may wait for hours), a dead one never does
     // (or fails it).
     const bool starved =
-        p->pending_head != nullptr && !protocol::seq_lt(p->rc_guard->next(), p->rc_credit_limit);
-    if (!busy && !kicked && (starved || p->sync_waiting != 0) && p->rc_sq[0].outstanding() == 0) {
+        p->pending_head != nullptr && !protocol::seq_lt(p->rc.guard->next(), p->rc.credit_limit);
+    if (!busy && !kicked && (starved || p->sync_waiting != 0) && p->rc.sq[0].outstanding() == 0) {
       busy = post_rc_flush(*p, 0);
     }
-    if (!busy || kicked || p->rc_completions != p->rc_watch_completions) {
-      p->rc_watch_completions = p->rc_completions;
-      p->rc_watch_since_us = now;
-      p->rc_kicked = false;
+    if (!busy || kicked || p->rc.completions != p->rc.watch_completions) {
+      p->rc.watch_completions = p->rc.completions;
+      p->rc.watch_since_us = now;
+      p->rc.kicked = false;
       continue;
     }
     // rxe (6.1) can leave an RC requester stalled after RNR NAKs although the peer has
     // receive buffers again; a new WR rings its doorbell and sets it going. Harmless elsewhere.
-    if (now - p->rc_watch_since_us >= kStallKickUs && !p->rc_kicked) {
+    if (now - p->rc.watch_since_us >= kStallKickUs && !p->rc.kicked) {
       for (int c = 0; c < kNumClasses; ++c) {
-        if (p->rc_sq[c].outstanding() != 0) {
-          p->rc_kicked |= post_rc_flush(*p, c);
+        if (p->rc.sq[c].outstanding() != 0) {
+          p->rc.kicked |= post_rc_flush(*p, c);
         }
       }
       ++stat_rc_kicks_;
     }
-    if (now - p->rc_watch_since_us >= timeout_us) {
+    if (now - p->rc.watch_since_us >= timeout_us) {
       // Flush what is stuck so every wr_id comes back, then fail the peer's requests.
       for (int c = 0; c < kNumClasses; ++c) {
-        p->rc_sq[c].close();
+        p->rc.sq[c].close();
         try {
-          p->rc_qp[c]->to_error();
+          p->rc.qp[c]->to_error();
         } catch (const verbs::Error& e) {
           verbs::log_verb_failure(e.verb(), e.errnum(), "watchdog: QP to ERR");
         }
@@ -278,6 +277,13 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
       fail_peer(*p, RDMX_ERR_UNREACHABLE, "no RC send completed within peer_timeout_ms");
     }
   }
+}
+
+// The channel's post (ChannelOps::post): a tail call.
+rendezvous::PostResult RcChannel::post(Worker& w, Peer& peer, protocol::MsgHeader& h,
+                                       const void* body, std::size_t body_length,
+                                       const void* payload, std::size_t length) {
+  return w.post_rc(peer, h, body, body_length, payload, length);
 }
 
 }  // namespace rdmx::transport

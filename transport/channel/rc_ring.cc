@@ -1,6 +1,6 @@
 // RC eager rings: small messages RDMA-written into the receiver's memory (protocol/ring.h). The
-// offer and its acceptance live here; the polling is part of the receive path (recv.cc,
-// poll_ring), whose inlined delivery it shares.
+// offer and its acceptance live here; the polling is in recv.cc (poll_ring), where the receive
+// path's delivery, forced inline, is.
 //
 //   receiver                                            sender
 //   ---------                                           ------
@@ -18,7 +18,7 @@
 // Ordering: ring messages share the peer's sequence numbers with its SRQ messages. A ring is read
 // strictly in order, and only the message whose Seq is next is taken: one whose predecessor is
 // still on a QP waits in its slot (no copy, no hold). An SRQ message that arrives early drains
-// the peer's ring first (recv.cc), since what it follows may be placed there already.
+// the peer's ring first (RcChannel::admit), since what it follows may be placed there already.
 //
 // Flow control: the sender never has more than `slots` messages unacknowledged in the ring (it
 // falls back to the SRQ path, never waits for a slot), and ring messages also take RC credits,
@@ -35,7 +35,7 @@
 namespace rdmx::transport {
 
 void Worker::offer_ring(Peer& p) {
-  if (ring_peers_.size() >= res_.ring_peers || p.rx_ring || p.state != PeerState::kConnected) {
+  if (ring_peers_.size() >= res_.ring_peers || p.rc.rx_ring || p.state != PeerState::kConnected) {
     return;
   }
   // The peer writes a message and its footer inline: the slot is no larger than its inline size.
@@ -64,18 +64,18 @@ void Worker::offer_ring(Peer& p) {
     }
   }
   const auto index = static_cast<std::uint32_t>(ring_peers_.size());
-  p.rx_ring.emplace(ring_slab_->ring(index), res_.ring_slots, slot_size);
+  p.rc.rx_ring.emplace(ring_slab_->ring(index), res_.ring_slots, slot_size);
   ring_peers_.push_back(&p);
   if (config_.verbose >= 2) {
     std::fprintf(stderr, "rdmx: eager ring %u (%u x %u B) for %016llx\n", index, res_.ring_slots,
                  slot_size, static_cast<unsigned long long>(p.uid));
   }
-  p.ring_offer_due = true;
+  p.rc.ring_offer_due = true;
   (void)post_ring_offer(p);
 }
 
 bool Worker::post_ring_offer(Peer& p) {
-  const eager::RecvRing& r = *p.rx_ring;
+  const eager::RecvRing& r = *p.rc.rx_ring;
   const protocol::RingBody body{.addr = r.addr(),
                                 .rkey = ring_slab_->rkey(),
                                 .slots = r.slots(),
@@ -86,7 +86,7 @@ bool Worker::post_ring_offer(Peer& p) {
     list_for_flush(p);
     return false;
   }
-  p.ring_offer_due = false;  // posted, or lost with the connection
+  p.rc.ring_offer_due = false;  // posted, or lost with the connection
   return true;
 }
 
@@ -100,14 +100,14 @@ void Worker::on_ring_offer(Peer& p, const protocol::RingBody& b) {
     }
     return;
   }
-  p.tx_ring = TxRing{.addr = b.addr,
-                     .rkey = b.rkey,
-                     .slots = b.slots,
-                     .slot_size = b.slot_size,
-                     .max_image = max_image,
-                     .head = 0,
-                     .sent = 0,
-                     .taken = 0};
+  p.rc.tx_ring = TxRing{.addr = b.addr,
+                        .rkey = b.rkey,
+                        .slots = b.slots,
+                        .slot_size = b.slot_size,
+                        .max_image = max_image,
+                        .head = 0,
+                        .sent = 0,
+                        .taken = 0};
 }
 
 }  // namespace rdmx::transport

@@ -1,0 +1,66 @@
+// Channels: a channel is the per-peer reliable, ordered message path of one transport mode, with
+// its RDMA operations. The worker picks one channel type at setup (Worker::setup, from
+// rdmx_config_t.transport) and never tests the mode again per message:
+//
+//   RcChannel (rc_channel.h, rc_peer.h;    one RC QP per size class, credits, OrderGuard, eager
+//              rc_send.cc, rc_ring.cc)     rings, flush, watchdog
+//   UdChannel (ud_channel.h, ud_peer.h;    shared UD QPs, send window, acks, RTO and resend,
+//              ud_send.cc, ud_write_qp.cc) congestion window, on-demand RC write QPs
+//
+// The generic paths (recv.cc, send.cc) are templates over the channel type: each message calls
+// the channel's hooks directly, inlined, with no virtual call and no mode branch. The worker
+// enters them through ChannelOps, a table of those instantiations chosen once at setup: one
+// indirect call per CQ poll (a batch of completions) and one per posted message, where a UCX
+// transport has its iface's ops. A third channel type (shared memory) is one more header with the
+// same hooks and one more line in Worker::choose_channel; the other two do not change.
+//
+// The hooks a channel type provides (all static, inline, taking the worker first):
+//   post(w, peer, header, body, body_length, payload, length) -> PostResult
+//   stream_full(peer): no room for one more message in the peer's stream (window, credits)
+//   admit(w, peer, header, wc, now): a data message from the SRQs, header valid: the channel's
+//       checks and piggy-backed acks; false: consumed or dropped, the caller releases the buffer
+//   before_in_order(w, peer, header, now) / after_in_order(w, peer): around an in-order delivery
+//   on_held(w, peer, now): an early message is held for its turn
+//   on_rejected(w, peer, header): a duplicate or a message outside the order window
+//   send_error(w, desc, wc): what a failed send completion takes down (SendErrorScope)
+//   on_send_done(peer): a send completion of the peer's (success or not)
+//   write_connection(w, peer), write_queue(peer), kReads, cts_aux(peer): what the rendezvous
+//       engine's hooks (rndv.cc, RndvHooks<Ch>) need of the channel
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+
+#include "protocol/wire.h"
+#include "rendezvous/engine.h"
+
+namespace rdmx::transport {
+
+class Worker;
+struct Peer;
+
+// What a failed send completion takes down.
+enum class SendErrorScope : std::uint8_t {
+  kNothing,     // a flush, or nothing to recover
+  kPeer,        // the peer's connection: it fails
+  kWriteQp,     // UD mode's on-demand write QP only
+  kSharedUdQp,  // a shared UD QP (control, UD data) in error: faults.cc recovers it
+};
+
+// The worker's entry points into its channel type's instantiations (Worker::choose_channel).
+struct ChannelOps {
+  rendezvous::PostResult (*post)(Worker& w, Peer& peer, protocol::MsgHeader& header,
+                                 const void* body, std::size_t body_length, const void* payload,
+                                 std::size_t length) = nullptr;
+  bool (*stream_full)(const Peer& peer) = nullptr;
+  int (*poll_recv)(Worker& w, ibv_cq* cq) = nullptr;  // up to kPollBatch completions
+  int (*poll_send)(Worker& w, ibv_cq* cq) = nullptr;
+  void (*on_recv)(Worker& w, const ibv_wc& wc) = nullptr;  // one completion (drains)
+  void (*on_send)(Worker& w, const ibv_wc& wc) = nullptr;
+};
+
+struct RcChannel;
+struct UdChannel;
+
+}  // namespace rdmx::transport

@@ -1,0 +1,63 @@
+// What an RC channel (rc_channel.h) keeps per peer: its QPs, credits, eager rings, order guard
+// and watchdog snapshot. Inside Peer as peer.rc.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "eager/recv_ring.h"
+#include "eager/send_queue.h"
+#include "protocol/address.h"
+#include "protocol/sequencer.h"
+#include "transport/channel/order_guard.h"
+#include "verbs/qp.h"
+
+namespace rdmx::transport {
+
+// The peer's RDMA-write eager ring that we write our small messages into (rc_ring.cc,
+// protocol/ring.h), as its kRingOffer described it. slots == 0: none offered.
+struct TxRing {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t slots = 0;
+  std::uint32_t slot_size = 0;
+  std::uint32_t max_image = 0;  // min(slot_size, our max inline size): what one write may carry
+  std::uint32_t head = 0;       // next slot to write
+  std::uint32_t sent = 0;       // messages written, in all (mod 2^32)
+  std::uint32_t taken = 0;      // messages the peer took out again (its ring_ack)
+};
+
+struct RcPeer {
+  // One QP per size class, attached to our SRQ of that class.
+  std::array<std::unique_ptr<verbs::QueuePair>, protocol::kNumClasses> qp;
+  std::array<eager::SendQueue, protocol::kNumClasses> sq;
+  std::array<std::uint32_t, protocol::kNumClasses> psn{};
+  // Our next Seq: bounds how far ahead of the oldest uncompleted send we run.
+  std::unique_ptr<OrderGuard> guard;
+  // Credits (receiver-driven flow control, so that senders do not flood a shared SRQ into RNR
+  // storms): we may send Seq s while seq_lt(s, credit_limit); the peer raises the limit in the
+  // ack field of its messages and in stand-alone kAcks. granted is the limit we last gave the
+  // peer.
+  protocol::Seq credit_limit = 0;
+  protocol::Seq granted = 0;
+  bool grant_due = false;   // a new grant goes out (Worker::maybe_grant)
+  bool grant_held = false;  // ... held back one progress call, for a message to carry it
+  // Eager rings (rc_ring.cc): the peer's that we write into, and ours that it writes
+  // into (polled by progress, in sequence order only). We offer ours once the peer has sent us
+  // kRingOfferAfter messages in order (ring_countdown reaches 0; 0 from the start: never).
+  TxRing tx_ring;
+  std::optional<eager::RecvRing> rx_ring;  // a ring of Worker::ring_slab_
+  std::uint32_t ring_countdown = 0;
+  bool ring_offer_due = false;  // our kRingOffer waits for a send resource (flush_peer)
+  // Watchdog: send completions seen, and the snapshot the watchdog last compared with. A peer
+  // whose sends make no progress for peer_timeout_ms is declared dead even if the device never
+  // reports the retry exhaustion (rxe on 6.1 did not, for a killed peer).
+  std::uint64_t completions = 0;
+  std::uint64_t watch_completions = 0;
+  std::uint64_t watch_since_us = 0;
+  bool kicked = false;
+};
+
+}  // namespace rdmx::transport
