@@ -14,7 +14,18 @@ namespace rdmx::transport {
 
 namespace {
 
-// UD resend slots: bounce buffer index, its class, and the destination class (which UD QP).
+// UD resend slots: what the send window (protocol::SendWindow) keeps per unacknowledged message
+// to resend it. In memory only, never on the wire:
+//
+//  bit 31     26   25         24      23                       0
+//      +--------+-----------+-----------+-------------------------+
+//      |   0    | dst class | buf class |   bounce buffer index   |
+//      +--------+-----------+-----------+-------------------------+
+//
+// dst class: which UD QP (the receiver's size class); buf class: which of our bounce buffer
+// classes holds the bytes.
+static_assert(kSendSmallBuffers <= (1u << 24) && kSendLargeBuffers <= (1u << 24) &&
+              kNumClasses <= 2);
 constexpr std::uint32_t ud_slot(std::uint8_t buf_class, std::uint32_t buf, int dst_class) {
   return buf | (std::uint32_t{buf_class} << 24) | (static_cast<std::uint32_t>(dst_class) << 25);
 }
