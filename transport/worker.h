@@ -295,10 +295,13 @@ class Worker {
   bool header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
                       eager::SendQueue::Post* post, ibv_sge* sge, ibv_send_wr* wr) const;
   void on_rc_credits(Peer& peer, protocol::Seq limit);
-  PostResult post_rc(Peer& peer, protocol::MsgHeader& header, const void* body,
-                     std::size_t body_length, const void* payload, std::size_t length);
-  PostResult post_ud(Peer& peer, protocol::MsgHeader& header, const void* body,
-                     std::size_t body_length, const void* payload, std::size_t length);
+  // Inlined into their channel's post (RcChannel::post, UdChannel::post), the one entry to them.
+  [[gnu::always_inline]] PostResult post_rc(Peer& peer, protocol::MsgHeader& header,
+                                            const void* body, std::size_t body_length,
+                                            const void* payload, std::size_t length);
+  [[gnu::always_inline]] PostResult post_ud(Peer& peer, protocol::MsgHeader& header,
+                                            const void* body, std::size_t body_length,
+                                            const void* payload, std::size_t length);
   bool post_ud_ack(Peer& peer);
   // Posts UD bounce buffer `buf` of class `bcls` (header + payload, `total` bytes) to the
   // peer's class-`cls` QP: 0, or the errno of SendQueue::post.
@@ -341,7 +344,7 @@ class Worker {
   // receives in recv.cc, sends in send.cc, each instantiated there for every channel type.
   // Up to kPollBatch completions of `cq`, each to on_wc.
   template <class OnWc>
-  static int poll_batch(ibv_cq* cq, OnWc&& on_wc) {
+  [[gnu::always_inline]] static int poll_batch(ibv_cq* cq, OnWc&& on_wc) {
     std::array<ibv_wc, kPollBatch> wcs;
     const int n = ibv_poll_cq(cq, kPollBatch, wcs.data());
     for (int i = 0; i < n; ++i) {
@@ -467,7 +470,8 @@ class Worker {
   void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data);
   void activate(Request* r) noexcept;
   void deactivate(Request* r) noexcept;
-  void complete(Request* r, int code);
+  // Inlined into every caller: most are per message (an eager send completes as it is posted).
+  [[gnu::always_inline]] void complete(Request* r, int code);
   int run_completions();
 
   rdmx_worker handle_{this};

@@ -5,7 +5,6 @@
  * buffer; other datatypes are packed once by Open MPI's MTL datatype helper.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "mtl_rdmx.h"
 #include "mtl_rdmx_tag.h"
@@ -79,8 +78,10 @@ int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicat
   mca_mtl_rdmx_request_t req;
   int rc;
   (void)mtl;
-  /* No pml request behind a blocking send: the request lives on this stack until done. */
-  memset(&req, 0, sizeof(req));
+  /* No pml request behind a blocking send: the request lives on this stack until done. Not
+   * cleared: send_start sets every field this path reads, rdmx_tag_send initialises req.rdmx and
+   * rdmx_request_test fills req.status (a memset of the whole request was ~25 instructions of
+   * an 8-byte MPI_Send's ~1,250). */
   req.kind = MCA_MTL_RDMX_REQ_BLOCKING_SEND;
   rc = send_start(comm, dest, tag, convertor, mode, &req);
   if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {

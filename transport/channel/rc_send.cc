@@ -99,9 +99,9 @@ bool Worker::post_rc_flush(Peer& peer, int cls) {
   return rc == 0;
 }
 
-Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const void* body,
-                                   std::size_t body_length, const void* payload,
-                                   std::size_t length) {
+inline Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const void* body,
+                                          std::size_t body_length, const void* payload,
+                                          std::size_t length) {
   // Bytes after the header: the kind's body (rendezvous messages) and the payload.
   const std::size_t wire = body_length + length;
   const std::size_t total = protocol::kHeaderSize + wire;
@@ -279,7 +279,7 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
   }
 }
 
-// The channel's post (ChannelOps::post): a tail call.
+// The channel's post (ChannelOps::post), with Worker::post_rc inlined.
 rendezvous::PostResult RcChannel::post(Worker& w, Peer& peer, protocol::MsgHeader& h,
                                        const void* body, std::size_t body_length,
                                        const void* payload, std::size_t length) {

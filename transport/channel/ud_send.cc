@@ -41,9 +41,9 @@ constexpr int ud_slot_dst_class(std::uint32_t slot) {
 
 }  // namespace
 
-Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const void* body,
-                                   std::size_t body_length, const void* payload,
-                                   std::size_t length) {
+inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const void* body,
+                                          std::size_t body_length, const void* payload,
+                                          std::size_t length) {
   const std::size_t wire = body_length + length;
   const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = ud_sq_[cls];
@@ -280,7 +280,7 @@ void Worker::release_ud_window(Peer& peer) {
   });
 }
 
-// The channel's post (ChannelOps::post): a tail call.
+// The channel's post (ChannelOps::post), with Worker::post_ud inlined.
 rendezvous::PostResult UdChannel::post(Worker& w, Peer& peer, protocol::MsgHeader& h,
                                        const void* body, std::size_t body_length,
                                        const void* payload, std::size_t length) {
