@@ -340,8 +340,6 @@ class Worker {
   int poll_cqs();  // both CQs (teardown)
   bool send_completions_expected() const noexcept;
   void on_drain_completion(const ibv_wc& wc);
-  // The generic completion paths over the channel type Ch (channel.h), entered through ops_:
-  // receives in recv.cc, sends in send.cc, each instantiated there for every channel type.
   // Up to kPollBatch completions of `cq`, each to on_wc.
   template <class OnWc>
   [[gnu::always_inline]] static int poll_batch(ibv_cq* cq, OnWc&& on_wc) {
@@ -352,6 +350,8 @@ class Worker {
     }
     return n > 0 ? n : 0;
   }
+  // The generic completion paths over the channel type Ch (channel/channel.h), entered through
+  // ops_: receives in recv.cc, sends in send.cc, each instantiated there for every channel type.
   template <class Ch>
   static int poll_recv(Worker& w, ibv_cq* cq);
   template <class Ch>
