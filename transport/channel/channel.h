@@ -1,6 +1,6 @@
 // Channels: a channel is the per-peer reliable, ordered message path of one transport mode, with
-// its RDMA operations. The worker picks one channel type at setup (Worker::setup, from
-// rdmx_config_t.transport) and never tests the mode again per message:
+// its RDMA operations. The worker picks one channel type at setup (Worker::choose_channel, from
+// the resolved rdmx_config_t.transport) and never tests the mode again per message:
 //
 //   RcChannel (rc_channel.h, rc_peer.h;    one RC QP per size class, credits, OrderGuard, eager
 //              rc_send.cc, rc_ring.cc)     rings, flush, watchdog
@@ -12,16 +12,19 @@
 // enters them through ChannelOps, a table of those instantiations chosen once at setup: one
 // indirect call per CQ poll (a batch of completions) and one per posted message, where a UCX
 // transport has its iface's ops. A third channel type (shared memory) is one more header with the
-// same hooks and one more line in Worker::choose_channel; the other two do not change.
+// same hooks and its per-peer state in Peer, named in Worker::choose_channel and
+// Worker::setup_rendezvous and instantiated at the end of recv.cc and send.cc; the other two do
+// not change.
 //
-// The hooks a channel type provides (all static, inline, taking the worker first):
+// The hooks a channel type provides (static members; all but post inline):
 //   post(w, peer, header, body, body_length, payload, length) -> PostResult
 //   stream_full(peer): no room for one more message in the peer's stream (window, credits)
+//   dropped_for_test(w): the test drop of ud_drop_rate (UD only) took this message
 //   admit(w, peer, header, wc, now): a data message from the SRQs, header valid: the channel's
 //       checks and piggy-backed acks; false: consumed or dropped, the caller releases the buffer
 //   before_in_order(w, peer, header, now) / after_in_order(w, peer): around an in-order delivery
 //   on_held(w, peer, now): an early message is held for its turn
-//   on_rejected(w, peer, header): a duplicate or a message outside the order window
+//   on_rejected(w, peer, header, arrival): a duplicate or a message outside the order window
 //   send_error(w, desc, wc): what a failed send completion takes down (SendErrorScope)
 //   on_send_done(peer): a send completion of the peer's (success or not)
 //   write_connection(w, peer), write_queue(peer), kReads, cts_aux(peer): what the rendezvous
