@@ -75,6 +75,8 @@ AddressBytes encode_address(const WorkerAddress& a) noexcept {
   w.put<std::uint8_t>(a.rd_atomic);
   w.put<std::uint16_t>(0);  // reserved (24)
   w.put<std::uint8_t>(0);
+  w.put<std::uint64_t>(a.node_id);
+  w.put<std::uint32_t>(a.pid);
   return out;
 }
 
@@ -112,6 +114,10 @@ int decode_address(const void* data, std::size_t length, WorkerAddress* out) noe
   }
   a.max_inline = r.get<std::uint32_t>();
   a.rd_atomic = r.get<std::uint8_t>();
+  (void)r.get<std::uint16_t>();  // reserved (24)
+  (void)r.get<std::uint8_t>();
+  a.node_id = r.get<std::uint64_t>();
+  a.pid = r.get<std::uint32_t>();
 
   const bool transport_ok = a.transport == RDMX_TRANSPORT_RC || a.transport == RDMX_TRANSPORT_UD;
   const bool qpns_ok = a.ctrl_qpn != 0 && a.ctrl_qpn < (1u << 24) &&
@@ -119,7 +125,8 @@ int decode_address(const void* data, std::size_t length, WorkerAddress* out) noe
                         (a.ud_qpn[0] != 0 && a.ud_qpn[1] != 0 && (a.caps & kCapUd) != 0));
   const bool sizes_ok = a.class_capacity[0] != 0 && a.class_capacity[1] > a.class_capacity[0] &&
                         a.mtu >= 256 && a.port != 0 && a.rd_atomic != 0;
-  if (!transport_ok || !qpns_ok || !sizes_ok || a.uid == 0 || a.uid == RDMX_ANY_SOURCE) {
+  const bool shm_ok = (a.caps & kCapShm) == 0 || (a.node_id != 0 && a.pid != 0);
+  if (!transport_ok || !qpns_ok || !sizes_ok || !shm_ok || a.uid == 0 || a.uid == RDMX_ANY_SOURCE) {
     return RDMX_ERR_BAD_ADDRESS;
   }
   *out = a;

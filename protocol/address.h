@@ -12,7 +12,8 @@
 //    40 | lid (16) | link layer (8) | pad (8) | mtu bytes (32) | ctrl qpn (32)           |
 //    52 | ud qpn small (32) | ud qpn large (32) | small cap (32) | large cap (32)          |
 //    68 | max inline (32) | rd atomic (8) | reserved (24)                                |
-//   76 end
+//    76 | node id (64)                  | pid (32)                                          |
+//   88 end
 //
 // - transport: the data transport of the worker (1 = RC, 2 = UD). Workers of one job must agree.
 // - instance: random per worker; a restarted process with the same uid gets another one, so
@@ -22,6 +23,9 @@
 // - rd atomic: the RDMA reads this worker's RC QPs take in flight as responder
 //   (max_dest_rd_atomic, >= 1). A peer never has more outstanding on a QP to it
 //   (max_rd_atomic): devices differ, and a responder asked for more may fail the QP.
+// - node id, pid: where the worker runs (transport/channel/shm_segment.h: a hash of the kernel's
+//   boot id and the host name) and its process. With kCapShm, a peer of the same node id
+//   reaches it through its shared-memory segment, named after the pid and the instance.
 #pragma once
 
 #include <array>
@@ -31,13 +35,14 @@
 namespace rdmx::protocol {
 
 inline constexpr std::uint32_t kAddressMagic = 0x584d4452;  // "RDMX" read as little-endian
-inline constexpr std::uint8_t kAddressVersion = 2;          // 2: rd atomic
-inline constexpr std::size_t kAddressSize = 76;
+inline constexpr std::uint8_t kAddressVersion = 3;          // 2: rd atomic; 3: node id, pid
+inline constexpr std::size_t kAddressSize = 88;
 inline constexpr int kNumClasses = 2;  // size classes: 0 small, 1 large
 
 // Capability bits.
-inline constexpr std::uint8_t kCapRc = 1u << 0;  // can take RC connection requests
-inline constexpr std::uint8_t kCapUd = 1u << 1;  // UD data QPs are valid
+inline constexpr std::uint8_t kCapRc = 1u << 0;   // can take RC connection requests
+inline constexpr std::uint8_t kCapUd = 1u << 1;   // UD data QPs are valid
+inline constexpr std::uint8_t kCapShm = 1u << 2;  // has a shared-memory segment (node id, pid)
 
 struct WorkerAddress {
   std::uint8_t transport = 0;  // rdmx_transport_t value, never AUTO
@@ -54,6 +59,8 @@ struct WorkerAddress {
   std::array<std::uint32_t, kNumClasses> class_capacity{};
   std::uint32_t max_inline = 0;
   std::uint8_t rd_atomic = 0;
+  std::uint64_t node_id = 0;
+  std::uint32_t pid = 0;
 
   friend bool operator==(const WorkerAddress&, const WorkerAddress&) = default;
 };

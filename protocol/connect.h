@@ -12,8 +12,7 @@
 //   32 |        rc_psn[0]            |        rc_psn[1]          |
 //      +-----------------------------+---------------------------+
 //   40 | address: the sender's worker address blob (address.h), kAddressSize bytes
-//  116 | reserved (4 bytes, zero: the struct's 8-byte alignment made them part of the body)
-//  120 end
+//  128 end
 //
 // - op: what the message is (connect_op). transport: the sender's (1 RC, 2 UD).
 // - rc_credits: RC, the first credit limit the sender grants the receiver.
@@ -58,13 +57,13 @@ struct ConnectBody {
   std::uint32_t rc_qpn[kNumClasses];
   std::uint32_t rc_psn[kNumClasses];
   std::uint8_t address[kAddressSize];
-  std::uint8_t reserved[4];
 };
 static_assert(offsetof(ConnectBody, rc_credits) == 2 && offsetof(ConnectBody, sender_index) == 4);
 static_assert(offsetof(ConnectBody, target_uid) == 8 &&
               offsetof(ConnectBody, target_instance) == 16);
 static_assert(offsetof(ConnectBody, rc_qpn) == 24 && offsetof(ConnectBody, rc_psn) == 32);
-static_assert(offsetof(ConnectBody, address) == 40 && sizeof(ConnectBody) == 120);
+static_assert(offsetof(ConnectBody, address) == 40 && sizeof(ConnectBody) == 128);
+static_assert(kAddressSize % 8 == 0, "the body would end in padding");
 static_assert(std::is_trivially_copyable_v<ConnectBody>);
 
 // The body and the sender's address of a control message whose header `h` validate() accepted

@@ -30,6 +30,8 @@ std::string_view to_string(MsgKind kind) noexcept {
       return "batch";
     case MsgKind::kRingOffer:
       return "ring_offer";
+    case MsgKind::kRndvImm:
+      return "rndv_imm";
   }
   return "unknown";
 }

@@ -39,7 +39,8 @@ static_assert(std::endian::native == std::endian::little,
 // 2: kRndvData, CtsBody.flags, FinBody.flags (rendezvous). 3: kBatch (coalesced eager sends).
 // 4: kRingOffer and ring_ack (the RDMA-write eager ring, ring.h). 5: RtsBody.rkey/addr,
 // kCtsFlagRead, kFinFlagReadDone (the receiver reads a share of a rendezvous message).
-inline constexpr std::uint8_t kWireVersion = 5;
+// 6: kRndvImm (the shared-memory channel's write-with-immediate).
+inline constexpr std::uint8_t kWireVersion = 6;
 
 enum class MsgKind : std::uint8_t {
   kInvalid = 0,     // a zeroed buffer must never validate
@@ -55,8 +56,10 @@ enum class MsgKind : std::uint8_t {
   kRndvData = 10,   // rendezvous copy path: bytes of a granted message; body DataBody
   kBatch = 11,      // several kEager messages in one (batch.h): aux = their count
   kRingOffer = 12,  // RC: "write your small messages into this ring of mine"; body RingBody
+  kRndvImm = 13,    // shared memory: the last rendezvous write is in place; aux = its imm (host
+                    // order), what IBV_WC_RECV_RDMA_WITH_IMM carries over the device
 };
-inline constexpr std::uint8_t kMsgKindCount = 13;  // one past the last valid kind
+inline constexpr std::uint8_t kMsgKindCount = 14;  // one past the last valid kind
 
 std::string_view to_string(MsgKind kind) noexcept;
 

@@ -354,6 +354,21 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
                 std::to_string(kRnrRetryForever) + "] (RDMX_RC_RNR_RETRY)");
   }
   r.rc_rnr_retry = static_cast<std::uint8_t>(config.rc_rnr_retry);
+  if (config.shm > 1 || config.shm_cma > 1) {
+    return fail("shm and shm_cma are 0 or 1 (RDMX_SHM, RDMX_SHM_CMA)");
+  }
+  if (config.shm != 0 && (config.shm_slots < kMinShmSlots || config.shm_slots > kMaxShmSlots ||
+                          config.shm_rings == 0 || config.shm_rings > kMaxShmRings)) {
+    return fail("shared-memory ring of " + std::to_string(config.shm_slots) + " slots, " +
+                std::to_string(config.shm_rings) + " rings: slots must be in [" +
+                std::to_string(kMinShmSlots) + ", " + std::to_string(kMaxShmSlots) +
+                "] (RDMX_SHM_SLOTS), rings in [1, " + std::to_string(kMaxShmRings) +
+                "] (RDMX_SHM_RINGS); RDMX_SHM=0 turns shared memory off");
+  }
+  r.shm = config.shm != 0;
+  r.shm_slots = config.shm_slots;
+  r.shm_rings = config.shm_rings;
+  r.shm_cma = config.shm_cma != 0;
   *out = r;
   return RDMX_OK;
 }
@@ -415,6 +430,12 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->rndv_read_share = kDefaultReadShare;
   c->rc_max_rd_atomic = kDefaultRcMaxRdAtomic;
   c->rc_rnr_retry = kRnrRetryForever;
+  c->shm = 1;
+  c->shm_slots = kDefaultShmSlots;
+  c->shm_rings = kDefaultShmRings;
+  c->shm_cma = 1;
+  c->shm_local_peers = 0;
+  c->node_id = 0;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

@@ -44,6 +44,14 @@ inline constexpr int kMaxReadShare = 90;
 // device's own limit: 16 covers a 4-deep read pipeline for several receives at once.
 inline constexpr std::uint32_t kDefaultRcMaxRdAtomic = 16;
 inline constexpr std::uint32_t kMaxRcMaxRdAtomic = 16;
+// Shared memory (transport/channel/shm_segment.h): a ring of 32 eager messages per node-local
+// sender (as many as an RC ring), up to 256 senders per segment. The segment is a sparse file:
+// only the rings of senders that write take pages (~265 KiB each with RC's 8 KiB eager limit).
+inline constexpr std::uint32_t kDefaultShmSlots = 32;
+inline constexpr std::uint32_t kMinShmSlots = 2;
+inline constexpr std::uint32_t kMaxShmSlots = 1024;
+inline constexpr std::uint32_t kDefaultShmRings = 256;
+inline constexpr std::uint32_t kMaxShmRings = 4096;
 // RNR retries of an RC send (rdmx_config_t.rc_rnr_retry): 7 is the verbs encoding of "for ever".
 inline constexpr std::uint32_t kRnrRetryForever = 7;
 
@@ -87,6 +95,10 @@ struct Resolved {
   std::uint32_t rc_max_rd_atomic = 1;  // before the device's limit
   std::uint8_t rc_rnr_retry = kRnrRetryForever;
   bool ud = false;
+  bool shm = false;  // node-local peers through shared memory
+  bool shm_cma = false;
+  std::uint32_t shm_slots = 0;
+  std::uint32_t shm_rings = 0;
 };
 
 // Checks a configuration (*error says what is wrong and which variable fixes it) and derives the

@@ -20,6 +20,9 @@
 // A peer found dead (fail_peer with dead = true) fails the receives that name it and is reported
 // once through the peer-failure callback: before the callbacks of the requests it failed
 // (run_completions), else from the next watchdog run; never from inside a post call.
+#include <signal.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <utility>
 
@@ -52,6 +55,15 @@ void Worker::run_liveness(std::uint64_t now) {
   for (auto& owned : peers_) {
     Peer& p = *owned;
     if (p.state != PeerState::kConnected || !p.rx) {
+      continue;
+    }
+    if (p.shm.on) {
+      // On this node: the process is there or it is not (a live one that does not progress is
+      // only slow, as for any shared-memory transport).
+      if (waiting && p.shm.segment != nullptr && kill(static_cast<pid_t>(p.address.pid), 0) != 0 &&
+          errno == ESRCH) {
+        fail_peer(p, RDMX_ERR_UNREACHABLE, "its process is gone (node-local peer)");
+      }
       continue;
     }
     // Monotonic parts (the Seq wraps; a wrap to the same value only costs one probe).

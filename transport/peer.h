@@ -12,7 +12,9 @@
 #include "protocol/address.h"
 #include "protocol/batch.h"
 #include "protocol/sequencer.h"
+#include "transport/channel/channel.h"
 #include "transport/channel/rc_peer.h"
+#include "transport/channel/shm_peer.h"
 #include "transport/channel/ud_peer.h"
 #include "transport/request.h"
 #include "verbs/ah.h"
@@ -82,10 +84,14 @@ struct Peer {
   // Ordering: rx orders the peer's stream; our next Seq comes from the channel (rc.guard,
   // ud.tx).
   std::unique_ptr<protocol::Sequencer> rx;
-  // The channel's own state. Both are here whatever the worker's channel type, unused in the
-  // other's mode.
+  // The peer's channel, chosen with its address (set_address): the worker's (RC or UD), or
+  // shared memory for a peer on this node. Its entry points, and each channel's own state (all
+  // three are here; only the chosen one's is used).
+  decltype(ChannelOps::post) post = nullptr;
+  decltype(ChannelOps::stream_full) stream_full = nullptr;
   RcPeer rc;
   UdPeer ud;
+  ShmPeer shm;
 
   // Sends waiting for the connection or for resources (intrusive FIFO, no allocation).
   Request* pending_head = nullptr;

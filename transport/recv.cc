@@ -128,6 +128,12 @@ int Worker::progress() {
   if (!ring_peers_.empty()) {
     events += poll_rings();
   }
+  if (shm_ != nullptr) {
+    events += poll_shm();
+    if (!shm_done_.empty()) [[unlikely]] {
+      events += run_shm_done();
+    }
+  }
   events += ops_.poll_recv(*this, recv_cq_->get());
   if (done_head_ != nullptr) {
     events += run_completions();
@@ -198,6 +204,66 @@ int Worker::poll_ring(Peer& p) {
     p.rc.grant_held = false;
     list_for_flush(p);
   }
+  return n;
+}
+
+// --- shared-memory rings (channel/shm_send.cc): polled by progress ---------------------------
+
+int Worker::poll_shm() {
+  const std::uint32_t claimed = shm_->claimed();
+  if (claimed != shm_rx_.size()) [[unlikely]] {
+    for (std::uint32_t k = static_cast<std::uint32_t>(shm_rx_.size()); k < claimed; ++k) {
+      shm_rx_.push_back({.ring = shm_->consumer(k), .peer = nullptr});
+    }
+  }
+  int n = 0;
+  for (std::uint32_t k = 0; k < shm_rx_.size(); ++k) {
+    n += poll_shm_ring(k);
+  }
+  return n;
+}
+
+inline int Worker::poll_shm_ring(std::uint32_t k) {
+  ShmRx& rx = shm_rx_[k];
+  int n = 0;
+  std::uint32_t length = 0;
+  while (n < kRingPollBatch) {
+    const std::byte* m = rx.ring.peek(&length);
+    if (m == nullptr) [[likely]] {
+      break;
+    }
+    protocol::MsgHeader h{};
+    const bool whole = length >= protocol::kHeaderSize;
+    if (whole) {
+      h = protocol::load_wire<protocol::MsgHeader>(m);
+    }
+    if (rx.peer == nullptr && whole && h.src_ep < peers_.size()) [[unlikely]] {
+      // The ring's first message: its writer is the peer it names, if that peer claimed it.
+      Peer& c = *peers_[h.src_ep];
+      if (c.shm.on && c.uid == rx.ring.control().sender_uid) {
+        rx.peer = &c;
+      }
+    }
+    Peer* p = rx.peer;
+    const auto kind = static_cast<protocol::MsgKind>(h.kind);
+    if (p == nullptr || !whole || protocol::validate(h, length) != protocol::WireError::kOk ||
+        h.src_ep != p->index || h.seq != p->rx->expected() || kind == protocol::MsgKind::kAck)
+        [[unlikely]] {
+      std::fprintf(stderr,
+                   "rdmx: dropped a malformed shared-memory message (ring %u, %u bytes, seq %u)\n",
+                   k, length, h.seq);
+      ++stat_dropped_malformed_;
+      rx.ring.pop();
+      continue;
+    }
+    if (p->state != PeerState::kFailed) [[likely]] {
+      const std::byte* body = m + protocol::kHeaderSize;
+      deliver_in_order(*p, h, body, body + protocol::body_size(kind), kPoolRing, 0);
+    }
+    rx.ring.pop();
+    ++n;
+  }
+  stat_shm_recvs_ += static_cast<std::uint64_t>(n);
   return n;
 }
 
@@ -364,6 +430,14 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
       return;
     case protocol::MsgKind::kRingOffer:
       on_ring_offer(peer, protocol::load_wire<protocol::RingBody>(body));
+      release();
+      return;
+    case protocol::MsgKind::kRndvImm:
+      if (peer.shm.on) {  // over the device the immediate comes with the write itself
+        rndv_->on_imm(h.aux);
+      } else {
+        ++stat_dropped_malformed_;
+      }
       release();
       return;
     case protocol::MsgKind::kMatchAck: {

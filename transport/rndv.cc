@@ -43,7 +43,8 @@ class Worker::RndvHooks final : public rendezvous::Transport {
   rendezvous::PostResult post_cts(rendezvous::PeerIndex peer,
                                   const protocol::CtsBody& body) override {
     Peer& p = *w_.peers_[peer];
-    return post(p, protocol::MsgKind::kCts, Ch::cts_aux(p), &body, sizeof(body), nullptr, 0);
+    return post(p, protocol::MsgKind::kCts, p.shm.on ? 0 : Ch::cts_aux(p), &body, sizeof(body),
+                nullptr, 0);
   }
   rendezvous::PostResult post_fin(rendezvous::PeerIndex peer,
                                   const protocol::FinBody& body) override {
@@ -65,17 +66,28 @@ class Worker::RndvHooks final : public rendezvous::Transport {
     if (p.state != PeerState::kConnected) {
       return rendezvous::WriteConnection::kUnavailable;
     }
+    if (p.shm.on) {  // copies by cross-memory attach, or the copy path through the ring
+      return p.shm.cma ? rendezvous::WriteConnection::kReady
+                       : rendezvous::WriteConnection::kUnavailable;
+    }
     return Ch::write_connection(w_, p);
   }
   rendezvous::PostResult post_write(rendezvous::PeerIndex peer,
                                     const rendezvous::WriteRequest& write) override {
     Peer& p = *w_.peers_[peer];
+    if (p.shm.on) {
+      return w_.shm_write(p, write);
+    }
     return w_.post_write(p, Ch::write_queue(p), write);
   }
   rendezvous::PostResult post_read(rendezvous::PeerIndex peer,
                                    const rendezvous::ReadRequest& read) override {
+    Peer& p = *w_.peers_[peer];
+    if (p.shm.on) {
+      return w_.shm_read(p, read);
+    }
     if constexpr (Ch::kReads) {
-      return w_.post_read(*w_.peers_[peer], read);
+      return w_.post_read(p, read);
     } else {
       return rendezvous::PostResult::kFailed;  // the engine is configured without reads
     }
@@ -150,7 +162,7 @@ bool Worker::start_rndv_send(Peer& peer, Request* r) {
   // No room for the RTS in the peer's stream (UD window/congestion window, RC order guard and
   // credits): wait in the queue without touching the engine and the registration cache (a
   // queued send is retried on every flush of the peer).
-  if (ops_.stream_full(peer)) [[unlikely]] {
+  if (peer.stream_full(peer)) [[unlikely]] {
     return false;
   }
   protocol::RtsBody rts{};
@@ -235,7 +247,14 @@ void Worker::start_rndv_recv(Request* r, Peer& peer, std::uint64_t tag,
   r->status.source = peer.uid;
   r->status.length = rts.total_length;
   activate(r);  // it leaves the matcher but stays rdmx's until the data is in
-  rndv_->on_rts_matched(peer.index, r, r->buffer, r->capacity, rts);
+  protocol::RtsBody body = rts;
+  if (peer.shm.on && !peer.shm.cma) {
+    // A node-local sender whose memory we cannot reach (shm_cma=0, or the kernel refuses
+    // cross-memory attach): no read share, the sender copies it all through the ring.
+    body.rkey = 0;
+    body.addr = 0;
+  }
+  rndv_->on_rts_matched(peer.index, r, r->buffer, r->capacity, body);
 }
 
 void Worker::on_rndv_message(Peer& peer, const protocol::MsgHeader& h, const std::byte* body,

@@ -202,6 +202,7 @@ void Worker::setup() {
   create_queues();
   create_send_contexts();
   create_ud_qps();
+  create_segment();
   // The port's RNR NAK counter counts every process on the node; stats() reports it as such,
   // from this baseline (rxe exposes it; other devices may not).
   node_rnr_path_ = "/sys/class/infiniband/" + device_name_ + "/ports/" + std::to_string(port_) +
@@ -414,7 +415,8 @@ WorkerAddress Worker::local_address() const {
   WorkerAddress a;
   a.transport = static_cast<std::uint8_t>(ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC);
   a.port = port_;
-  a.caps = static_cast<std::uint8_t>(kCapRc | (ud_mode_ ? kCapUd : 0));
+  a.caps = static_cast<std::uint8_t>(kCapRc | (ud_mode_ ? kCapUd : 0) |
+                                     (shm_ != nullptr ? protocol::kCapShm : 0));
   a.uid = uid_;
   a.instance = instance_;
   std::memcpy(a.gid.data(), gid_.raw, 16);
@@ -428,6 +430,10 @@ WorkerAddress Worker::local_address() const {
   a.class_capacity = {res_.small_buf, res_.large_buf};
   a.max_inline = max_inline_;
   a.rd_atomic = rd_atomic_;
+  if (shm_ != nullptr) {
+    a.node_id = node_id_;
+    a.pid = static_cast<std::uint32_t>(getpid());
+  }
   return a;
 }
 

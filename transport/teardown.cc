@@ -40,6 +40,7 @@ void Worker::teardown() noexcept {
   release_remote_access(report);
   release_held_messages();
   destroy_queues(report);
+  close_segment();
 
   report.teardown_us = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <random>
 
+#include "transport/channel/shm_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 
@@ -119,6 +120,18 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   peer.batch_capacity = std::min<std::uint32_t>(
       a.class_capacity[1], mtu - static_cast<std::uint32_t>(protocol::kHeaderSize));
   peer.pending_match_acks.reserve(64);
+  if (wants_shm(a)) {
+    if (const int rc = attach_shm(peer, a); rc != RDMX_OK) {
+      return rc;
+    }
+    peer.post = &ShmChannel::post;
+    peer.stream_full = &ShmChannel::stream_full;
+    // The ring is FIFO: messages come in order, the window only bounds what could be held.
+    peer.rx = std::make_unique<protocol::Sequencer>(kRcOrderWindow);
+    return RDMX_OK;
+  }
+  peer.post = ops_.post;
+  peer.stream_full = ops_.stream_full;
   if (ud_mode_) {
     peer.rx = std::make_unique<protocol::Sequencer>(kUdWindow);
     protocol::SendWindowConfig wc;
@@ -195,7 +208,7 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
 }
 
 void Worker::start_connect(Peer& peer) {
-  if (!ud_mode_ && !peer.rc.qp[0]) {
+  if (!ud_mode_ && !peer.shm.on && !peer.rc.qp[0]) {
     create_rc_qps(peer);
   }
   arm_connect(peer, /*send_request=*/true);
@@ -332,7 +345,7 @@ void Worker::on_connected(Peer& peer) {
     return;
   }
   set_state(peer, PeerState::kConnected);
-  if (!ud_mode_) {
+  if (!ud_mode_ && !peer.shm.on) {
     ++rc_connected_peers_;
     update_rc_credit_window();
   }
@@ -401,6 +414,9 @@ void Worker::on_disconnect(const protocol::MsgHeader& h, const ibv_wc& wc) {
     if (p.rc.rx_ring) {
       (void)poll_ring(p);
     }
+    if (p.shm.on) {
+      (void)poll_shm();  // the same for our shared-memory rings
+    }
     fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed", /*dead=*/false);
   }
 }
@@ -438,7 +454,13 @@ void Worker::on_handshake(const ConnectBody& body, const WorkerAddress& from) {
   // always retransmit it.
   bool just_connected = false;
   try {
-    if (!ud_mode_) {
+    if (p->shm.on || ud_mode_) {
+      if (!p->rc_ready) {
+        p->rc_ready =
+            true;  // shared memory (the ring is ours to write now), UD: nothing to connect
+        just_connected = true;
+      }
+    } else {
       if (!p->rc.qp[0]) {
         create_rc_qps(*p);
       }
@@ -446,9 +468,6 @@ void Worker::on_handshake(const ConnectBody& body, const WorkerAddress& from) {
         connect_rc(*p, body.rc_qpn, body.rc_psn);
         just_connected = true;
       }
-    } else if (!p->rc_ready) {
-      p->rc_ready = true;  // UD: nothing to connect
-      just_connected = true;
     }
   } catch (const verbs::Error& e) {
     std::fprintf(stderr, "rdmx: connecting to %016llx failed: %s\n",

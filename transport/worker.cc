@@ -111,6 +111,7 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_reg_misses = r.misses;
   }
   for (const auto& p : peers_) {
+    s.shm_peers += p->shm.on ? 1 : 0;
     s.rc_connections += p->ud.wqp_state != WriteQpState::kNone ? 1 : 0;
     s.num_qps += p->ud.write_qp ? 1 : 0;
   }
@@ -120,6 +121,9 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.coalesced_batches = stat_coalesced_batches_;
   s.ring_sends = stat_ring_sends_;
   s.ring_recvs = stat_ring_recvs_;
+  s.shm_sends = stat_shm_sends_;
+  s.shm_recvs = stat_shm_recvs_;
+  s.shm_cma_bytes = stat_cma_bytes_;
   s.idle_yields = stat_idle_yields_;
   s.spin_polls = stat_spin_polls_;
   s.ring_peers = ring_peers_.size();

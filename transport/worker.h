@@ -207,6 +207,7 @@ class Worker {
   explicit Worker(const rdmx_config_t& config);
   friend struct RcChannel;
   friend struct UdChannel;
+  friend struct ShmChannel;
   template <class Ch>
   static ChannelOps channel_ops() noexcept;
   void choose_channel() noexcept;  // ops_ for ud_mode_ (setup.cc)
@@ -231,6 +232,7 @@ class Worker {
   void create_send_contexts();
   std::unique_ptr<verbs::QueuePair> make_ud_qp(verbs::SharedReceiveQueue& srq, std::uint32_t depth);
   void create_ud_qps();
+  void create_segment();  // shared memory for node-local peers (channel/shm_send.cc)
   WorkerAddress local_address() const;
   std::uint64_t node_rnr_count() const;  // the port's node-wide RNR NAKs (0: not exposed)
   void teardown() noexcept;
@@ -243,6 +245,7 @@ class Worker {
   void release_remote_access(debug::DestroyReport& report);
   void release_held_messages();
   void destroy_queues(debug::DestroyReport& report);
+  void close_segment() noexcept;
 
   // --- peers and connections (wireup.cc)
   Peer* find_peer(std::uint64_t uid) noexcept;
@@ -434,6 +437,17 @@ class Worker {
                                                const std::byte* body, const std::byte* payload,
                                                std::uint8_t pool, std::uint32_t buf);
 
+  // --- shared memory for node-local peers (channel/shm_send.cc, shm_segment.h)
+  // set_address's choice: true when the peer is on this node and both have a segment; then
+  // attaches the peer's segment (false and a message when it cannot: the peer fails).
+  bool wants_shm(const WorkerAddress& a) const noexcept;
+  int attach_shm(Peer& peer, const WorkerAddress& a);
+  int poll_shm();  // our segment's rings, in progress before the CQs
+  [[gnu::always_inline]] int poll_shm_ring(std::uint32_t ring);
+  rendezvous::PostResult shm_write(Peer& peer, const rendezvous::WriteRequest& write);
+  rendezvous::PostResult shm_read(Peer& peer, const rendezvous::ReadRequest& read);
+  int run_shm_done();  // the copies' completions, for the engine
+
   // --- rendezvous (rndv.cc): the glue between the transport and rendezvous::Engine
   template <class Ch>
   class RndvHooks;  // the engine's rendezvous::Transport over channel type Ch
@@ -524,6 +538,23 @@ class Worker {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<std::uint64_t, std::uint32_t> peer_by_uid_;
   std::vector<Peer*> ring_peers_;  // peers we gave a ring (ring i of the slab), polled by progress
+  // Shared memory: our segment (its rings are node-local peers' messages to us), the read side of
+  // each claimed ring with the peer that writes it (bound at its first message), and the
+  // rendezvous copies done whose completions the engine has not had yet (never from inside a
+  // hook).
+  std::unique_ptr<shm::Segment> shm_;
+  struct ShmRx {
+    shm::Consumer ring;
+    Peer* peer = nullptr;
+  };
+  std::vector<ShmRx> shm_rx_;
+  struct ShmDone {
+    std::uint64_t token;
+    bool ok;
+    bool read;
+  };
+  std::vector<ShmDone> shm_done_;
+  std::uint64_t node_id_ = 0;
 
   AddressBytes address_bytes_{};
   protocol::TagMatcher matcher_;
@@ -585,6 +616,9 @@ class Worker {
   std::uint64_t stat_coalesced_batches_ = 0;
   std::uint64_t stat_ring_sends_ = 0;
   std::uint64_t stat_ring_recvs_ = 0;
+  std::uint64_t stat_shm_sends_ = 0;
+  std::uint64_t stat_shm_recvs_ = 0;
+  std::uint64_t stat_cma_bytes_ = 0;
   std::uint64_t stat_idle_yields_ = 0;
   std::uint64_t stat_spin_polls_ = 0;
 };
@@ -664,7 +698,7 @@ inline Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kin
   h.payload_length = static_cast<std::uint32_t>(length);
   h.tag = tag;
   h.aux = aux;
-  return ops_.post(*this, peer, h, body, body_length, payload, length);
+  return peer.post(*this, peer, h, body, body_length, payload, length);
 }
 
 }  // namespace rdmx::transport

@@ -115,6 +115,21 @@ typedef struct rdmx_config {
                                  receiver has no receive buffer, 0..7; 7 (default): for ever.
                                  Below 7 a receive queue that stays empty fails the connection
                                  (IBV_WC_RNR_RETRY_EXC_ERR) */
+  /* Peers on the same node (the same kernel boot and host name) go through shared memory: a
+   * ring per sender in the receiver's segment (/dev/shm) for eager and control messages, and
+   * cross-memory attach (process_vm_readv/writev) for rendezvous data, single copy. */
+  uint32_t shm;               /* RDMX_SHM: 1 (default) on; 0: every peer through the device */
+  uint32_t shm_slots;         /* RDMX_SHM_SLOTS: slots per sender's ring, 2..1024 (default 32),
+                                 each of one eager message */
+  uint32_t shm_rings;         /* RDMX_SHM_RINGS: senders a segment takes, 1..4096 (default 256);
+                                 file pages are used only by senders that write */
+  uint32_t shm_cma;           /* RDMX_SHM_CMA: 1 (default) rendezvous by cross-memory attach;
+                                 0 copies it through the ring */
+  uint32_t shm_local_peers;   /* other processes on this node that will attach (the MTL sets
+                                 it); once they all have, the segment's name is removed, so a
+                                 crash leaves nothing in /dev/shm. 0: removed at destroy */
+  uint64_t node_id;           /* RDMX_NODE_ID: 0 (default) from the kernel's boot id and the host
+                                 name; tests give ranks different ones to mix channels */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);

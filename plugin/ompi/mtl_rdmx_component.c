@@ -413,6 +413,9 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
   }
   nprocs = job_size();
   config.expected_peers = nprocs > 0 ? nprocs - 1 : 0;
+  /* add_procs attaches every node-local peer's segment; the last to attach removes its name. */
+  config.shm_local_peers =
+      opal_process_info.num_local_peers > 0 ? (uint32_t)opal_process_info.num_local_peers : 0;
 
   rc = rdmx_worker_create(&config, &ompi_mtl_rdmx.worker);
   if (RDMX_OK != rc) {

@@ -112,6 +112,14 @@ int ompi_mtl_rdmx_add_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
     }
     ompi_mtl_rdmx.endpoints = e;
     procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] = e;
+    if (OPAL_PROC_ON_LOCAL_NODE(procs[i]->super.proc_flags)) {
+      /* Node-local: attach its shared-memory segment now rather than at the first message, so
+       * every segment's name is gone from /dev/shm once MPI_Init is over (the peer's count of
+       * attached processes reaches num_local_peers). Connecting is cheap on this node. */
+      OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+      (void)ompi_mtl_rdmx_get_ep(procs[i]);
+      OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    }
   }
   return OMPI_SUCCESS;
 }

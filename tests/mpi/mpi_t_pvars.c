@@ -127,9 +127,15 @@ int main(int argc, char** argv) {
   }
 #define DELTA(name) (after[S_##name] - before[S_##name])
   if (t_rank <= 1) {
-    CHECK(DELTA(srq_consumed) + DELTA(ring_recvs) >= EAGER_MSGS,
-          "srq_consumed +%llu ring_recvs +%llu after %d eager receives", DELTA(srq_consumed),
-          DELTA(ring_recvs), EAGER_MSGS);
+    CHECK(DELTA(srq_consumed) + DELTA(ring_recvs) + DELTA(shm_recvs) >= EAGER_MSGS,
+          "srq_consumed +%llu ring_recvs +%llu shm_recvs +%llu after %d eager receives",
+          DELTA(srq_consumed), DELTA(ring_recvs), DELTA(shm_recvs), EAGER_MSGS);
+    if (after[S_shm_peers] > 0) { /* node-local peers through shared memory (the default) */
+      CHECK(DELTA(shm_recvs) >= EAGER_MSGS && DELTA(shm_sends) >= EAGER_MSGS &&
+                DELTA(shm_cma_bytes) >= LARGE_BYTES,
+            "shm_sends +%llu shm_recvs +%llu shm_cma_bytes +%llu with %llu shared-memory peers",
+            DELTA(shm_sends), DELTA(shm_recvs), DELTA(shm_cma_bytes), after[S_shm_peers]);
+    }
     CHECK(DELTA(rndv_sends) >= 1 && DELTA(rndv_recvs) >= 1, "rndv_sends +%llu rndv_recvs +%llu",
           DELTA(rndv_sends), DELTA(rndv_recvs));
     CHECK(DELTA(rndv_zero_copy_bytes) + DELTA(rndv_copied_bytes) >= LARGE_BYTES,
