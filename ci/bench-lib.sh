@@ -1,4 +1,5 @@
-# ci/bench-lib.sh: what ci/bench-eager, ci/bench-rndv, ci/bench-mpi and ci/demo share (sourced).
+# ci/bench-lib.sh: what ci/bench-eager, ci/bench-rndv, ci/bench-mpi, ci/bench-local and ci/demo
+# share (sourced).
 #   figures:  median, valid, ratio, human, verdict, each_round, over_rounds
 #   guest:    bench_step, bench_perftest (they read the caller's $work, $port, $sdev, $cdev,
 #             $gid and $sip: bash functions see the locals of the function that calls them);
@@ -87,8 +88,14 @@ bench_perftest() {
 # shellcheck disable=SC2034,SC2054 # sargs is the caller's; the commas are MCA lists
 mpi_stack_args() {
   case $1 in
-    rdmx-rc) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport rc) ;;
-    rdmx-ud) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport ud) ;;
+    # The device's channels: shared memory off, or these ranks (all on one node) would not use
+    # the device at all.
+    rdmx-rc) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport rc --mca mtl_rdmx_shm 0) ;;
+    rdmx-ud) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport ud --mca mtl_rdmx_shm 0) ;;
+    # Node-local stacks (ci/bench-local, ci/demo), each with its defaults.
+    rdmx-shm) sargs=(--mca pml cm --mca mtl rdmx) ;;
+    ucx-node) sargs=(--mca pml ucx) ;;
+    vader) sargs=(--mca pml ob1 --mca btl self,vader) ;;
     ucx) sargs=(--mca pml ucx -x UCX_TLS=self,rc_verbs,ud_verbs -x "UCX_NET_DEVICES=$2:1"
                 -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
     ucx-put) mpi_stack_args ucx "$2"; sargs+=(-x UCX_RNDV_SCHEME=put_zcopy) ;;

@@ -130,7 +130,7 @@ int Worker::progress() {
   }
   if (shm_ != nullptr) {
     events += poll_shm();
-    if (!shm_done_.empty()) [[unlikely]] {
+    if (!shm_done_.empty() || !shm_gone_.empty()) [[unlikely]] {
       events += run_shm_done();
     }
   }

@@ -110,6 +110,14 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
                  static_cast<unsigned long long>(a.uid), e.what());
     return RDMX_ERR_UNREACHABLE;
   }
+  // A node-local peer's segment first: a peer that cannot be reached keeps no address (a later
+  // ep_create tries again, and says why again).
+  const bool shm = wants_shm(a);
+  if (shm) {
+    if (const int rc = attach_shm(peer, a); rc != RDMX_OK) {
+      return rc;
+    }
+  }
   peer.address = a;
   peer.have_address = true;
   peer.remote_instance = a.instance;
@@ -120,10 +128,7 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   peer.batch_capacity = std::min<std::uint32_t>(
       a.class_capacity[1], mtu - static_cast<std::uint32_t>(protocol::kHeaderSize));
   peer.pending_match_acks.reserve(64);
-  if (wants_shm(a)) {
-    if (const int rc = attach_shm(peer, a); rc != RDMX_OK) {
-      return rc;
-    }
+  if (shm) {
     peer.post = &ShmChannel::post;
     peer.stream_full = &ShmChannel::stream_full;
     // The ring is FIFO: messages come in order, the window only bounds what could be held.
@@ -132,6 +137,13 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   }
   peer.post = ops_.post;
   peer.stream_full = ops_.stream_full;
+  if (shm_ != nullptr && config_.verbose >= 1) {
+    std::fprintf(stderr, "rdmx: %016llx: peer %016llx goes through the device (%s): %s\n",
+                 static_cast<unsigned long long>(uid_), static_cast<unsigned long long>(a.uid),
+                 ud_mode_ ? "ud" : "rc",
+                 (a.caps & protocol::kCapShm) == 0 ? "it has no shared memory (shm=0 there)"
+                                                   : "it is on another node");
+  }
   if (ud_mode_) {
     peer.rx = std::make_unique<protocol::Sequencer>(kUdWindow);
     protocol::SendWindowConfig wc;

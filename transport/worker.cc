@@ -188,6 +188,10 @@ void Worker::dump() const {
                    p->rc.guard->next(), p->rc.guard->oldest(), p->rc.sq[0].outstanding(),
                    p->rc.sq[1].outstanding(), static_cast<unsigned long long>(p->rc.completions));
     }
+    if (p->shm.on) {
+      std::fprintf(stderr, " shared memory next %u%s", p->shm.next_seq,
+                   p->shm.tx.full() ? " (ring full)" : "");
+    }
     if (p->rc.tx_ring.slots != 0) {
       std::fprintf(stderr, " ring out %u/%u taken", p->rc.tx_ring.sent, p->rc.tx_ring.taken);
     }

@@ -446,7 +446,8 @@ class Worker {
   [[gnu::always_inline]] int poll_shm_ring(std::uint32_t ring);
   rendezvous::PostResult shm_write(Peer& peer, const rendezvous::WriteRequest& write);
   rendezvous::PostResult shm_read(Peer& peer, const rendezvous::ReadRequest& read);
-  int run_shm_done();  // the copies' completions, for the engine
+  rendezvous::PostResult shm_copy_failed(Peer& peer, int error);
+  int run_shm_done();  // the copies' completions for the engine, and the peers found gone
 
   // --- rendezvous (rndv.cc): the glue between the transport and rendezvous::Engine
   template <class Ch>
@@ -554,6 +555,7 @@ class Worker {
     bool read;
   };
   std::vector<ShmDone> shm_done_;
+  std::vector<Peer*> shm_gone_;  // a copy met ESRCH: failed by run_shm_done
   std::uint64_t node_id_ = 0;
 
   AddressBytes address_bytes_{};

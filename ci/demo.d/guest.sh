@@ -7,6 +7,12 @@
 #   rdmx-ud  the same with mtl_rdmx_transport ud
 #   ucx      --mca pml ucx with the UCX settings that work on rxe (shared/softroce.md)
 #   tcp      --mca pml ob1 --mca btl self,tcp
+# (rdmx with shared memory off: every rank is on this one node), and, all ranks on one node with
+# each stack's defaults:
+#   rdmx-shm  --mca pml cm --mca mtl rdmx (node-local peers through shared memory)
+#   ucx-node  --mca pml ucx (UCX's defaults: its shared-memory transports)
+#   vader     --mca pml ob1 --mca btl self,vader
+# with hpcc at 4 ranks (full mode).
 # plus perftest (ib_send_lat, ib_write_bw) on the same device, and the footprint runs (np 2..16).
 # Every step is bounded (timeout, and the programs' own per-size watchdog); a stack that fails
 # at a size leaves `fail` there and the next step runs. A run that dies mid-sweep is restarted
@@ -29,14 +35,17 @@ export RDMX_STATS=1 # the MTL prints its rdmx_stats_t at finalize when it knows 
 
 # ---- what runs --------------------------------------------------------------------------------
 stacks=(rdmx-rc rdmx-ud ucx tcp)
+local_stacks=(rdmx-shm ucx-node vader)
 if [ "$quick" = 1 ]; then
   benches=(osu_latency osu_bw)
+  local_benches=(osu_latency osu_bw) hpcc_np=()
   lat_sizes=8:65536 bw_sizes=8:65536 budget=0.15 step_s=150 size_s=40
   scale_np=(2 4) ucx_np=()
 else
   # Latency and bandwidth over the whole range; the multi-pair, bi-directional and threaded
   # programs to 1 MiB / 64 KiB: the emulated device moves ~40 MB/s, and the run must stay short.
   benches=(osu_latency osu_bw osu_bibw osu_mbw_mr osu_multi_lat osu_latency_mt)
+  local_benches=(osu_latency osu_bw osu_bibw osu_mbw_mr) hpcc_np=(4)
   lat_sizes=8:4194304 bw_sizes=8:4194304 budget=0.3 step_s=300 size_s=60
   scale_np=(2 4 8 16) ucx_np=(2 8) # UCX for comparison; its np 16 launch alone costs minutes
 fi
@@ -57,7 +66,8 @@ bench_args() { # bench -> np and bargs
   esac
 }
 
-nsteps=$(( ${#benches[@]} * ${#stacks[@]} + 2 + ${#scale_np[@]} * 2 + ${#ucx_np[@]} ))
+nsteps=$(( ${#benches[@]} * ${#stacks[@]} + 2 + ${#scale_np[@]} * 2 + ${#ucx_np[@]} +
+  (${#local_benches[@]} + ${#hpcc_np[@]}) * ${#local_stacks[@]} ))
 k=0
 t_start=$SECONDS
 progress() { # status line for step k
@@ -155,6 +165,25 @@ for b in "${benches[@]}"; do
   for s in "${stacks[@]}"; do
     mpi_step "$b" "$s" "$np" "$b" "${bargs[@]}"
   done
+done
+for b in "${local_benches[@]}"; do
+  bench_args "$b"
+  for s in "${local_stacks[@]}"; do
+    mpi_step "$b" "$s" "$np" "$b" "${bargs[@]}"
+  done
+done
+for s in "${local_stacks[@]}"; do
+  [ ${#hpcc_np[@]} -gt 0 ] || break
+  t0=$SECONDS
+  mpi_stack_args "$s" "$dev"
+  echo "\$ mpirun -np 4 ${sargs[*]} hpcc (tests/mpi/hpcc/hpccinf-np4.txt, tests/mpi/hpcc_run.sh)" \
+    >"$raw/hpcc.$s.err"
+  sh "$(dirname "$0")/../../tests/mpi/hpcc_run.sh" "$(dirname "$0")/../../tests/mpi/hpcc/hpccinf-np4.txt" \
+    -- timeout -k 5 600 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
+    "${sargs[@]}" hpcc >"$raw/hpcc.$s.out" 2>>"$raw/hpcc.$s.err" </dev/null
+  rc=$?
+  echo "hpcc $s rc=$rc seconds=$((SECONDS - t0))" >>"$raw/steps.txt"
+  progress "hpcc np4 $s" "$([ $rc -eq 0 ] && echo ok || echo "failed (exit $rc)") ($((SECONDS - t0)) s)"
 done
 if [ "$quick" = 1 ]; then
   perftest_step ib_send_lat ib_send_lat -s 8 -n 1000

@@ -7,7 +7,6 @@ out=$1
 raw=$out/raw
 data=$out/data
 mkdir -p "$data"
-stacks=(rdmx-rc rdmx-ud ucx tcp)
 md=$out/report.md
 
 # value of one stack at one size: the figure column (col) of the first row with that size in the
@@ -30,12 +29,15 @@ perftest_rows() { # name
   esac
 }
 
-# One table: bench col perftest-name unit-title -> markdown on stdout, gnuplot data in $data.
-table() { # bench col perftest title [data-name, default bench]
+# One table: bench col perftest title [data-name, default bench] -> markdown on stdout, gnuplot
+# data in $data. The stacks are $tstacks (names $tnames, "|"-separated), each rdmx one with its
+# ratio to $tref; the gnuplot data has one column per stack, then perftest.
+tstacks="rdmx-rc rdmx-ud ucx tcp" tnames="rdmx RC|rdmx UD|UCX|ob1 TCP" tref=ucx
+table() {
   local b=$1 col=$2 pt=$3 title=$4 dat=${5:-$1} s
   local tmp
   tmp=$(mktemp -d)
-  for s in "${stacks[@]}"; do
+  for s in $tstacks; do
     if [ -f "$raw/$b.$s.out" ]; then
       extract "$raw/$b.$s.out" "$col" >"$tmp/$s"
     fi
@@ -43,13 +45,15 @@ table() { # bench col perftest title [data-name, default bench]
   [ -n "$pt" ] && perftest_rows "$pt" >"$tmp/perftest"
   ls "$tmp"/* >/dev/null 2>&1 || { rm -rf "$tmp"; return 1; }
   # The expected sizes come from the runs' -m (fail rows included); perftest adds none.
-  awk -v dir="$tmp" -v pt="$pt" -v title="$title" -v datf="$data/$dat.dat" '
+  awk -v dir="$tmp" -v pt="$pt" -v title="$title" -v datf="$data/$dat.dat" \
+      -v stacks="$tstacks" -v names="$tnames" -v ref="$tref" '
     function v(s, z) { return (s SUBSEP z) in val ? val[s, z] : "-" }
     function num(x) { return x ~ /^[0-9.]+([eE][-+]?[0-9]+)?$/ }
     function ratio(a, b) { return (num(a) && num(b) && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
     function g(x) { return num(x) ? x : "?" }
     BEGIN {
-      n = split("rdmx-rc rdmx-ud ucx tcp perftest", S, " ")
+      n = split(stacks " perftest", S, " ")
+      split(names, N, "|")
       for (i = 1; i <= n; ++i) {
         f = dir "/" S[i]
         while ((getline line < f) > 0) {
@@ -60,30 +64,47 @@ table() { # bench col perftest title [data-name, default bench]
       }
       m = 0; for (z in sizes) order[++m] = z + 0
       for (i = 2; i <= m; ++i) { x = order[i]; j = i - 1; while (j > 0 && order[j] > x) { order[j + 1] = order[j]; --j } order[j + 1] = x }
-      hdr = "| Size (B) | rdmx RC | rdmx UD | UCX | ob1 TCP |"
-      sep = "|---:|---:|---:|---:|---:|"
+      hdr = "| Size (B) |"; sep = "|---:|"; rhdr = ""; rsep = ""; cols = "# size"
+      for (i = 1; i < n; ++i) {
+        hdr = hdr " " N[i] " |"; sep = sep "---:|"; cols = cols " " S[i]
+        if (S[i] ~ /^rdmx/) { rhdr = rhdr " " N[i] " / " ref " |"; rsep = rsep "---:|" }
+      }
       if (pt != "") { hdr = hdr " perftest " pt " |"; sep = sep "---:|" }
       print "### " title "\n"
-      print hdr " RC/UCX | UD/UCX |"
-      print sep "---:|---:|"
-      print "# size rdmx-rc rdmx-ud ucx tcp perftest" > datf
-      for (i = 1; i <= m; ++i) {
-        z = order[i]
-        line = "| " z " | " v("rdmx-rc", z) " | " v("rdmx-ud", z) " | " v("ucx", z) " | " v("tcp", z) " |"
+      print hdr rhdr
+      print sep rsep
+      print cols " perftest" > datf
+      for (k = 1; k <= m; ++k) {
+        z = order[k]; line = "| " z " |"; rl = ""; dl = z
+        for (i = 1; i < n; ++i) {
+          line = line " " v(S[i], z) " |"; dl = dl " " g(v(S[i], z))
+          if (S[i] ~ /^rdmx/) rl = rl " " ratio(v(S[i], z), v(ref, z)) " |"
+        }
         if (pt != "") line = line " " v("perftest", z) " |"
-        print line " " ratio(v("rdmx-rc", z), v("ucx", z)) " | " ratio(v("rdmx-ud", z), v("ucx", z)) " |"
-        print z, g(v("rdmx-rc", z)), g(v("rdmx-ud", z)), g(v("ucx", z)), g(v("tcp", z)), g(v("perftest", z)) > datf
+        print line rl
+        print dl, g(v("perftest", z)) > datf
       }
       print ""
     }'
   rm -rf "$tmp"
 }
 
-plot() { # bench ylabel title logy
-  local b=$1 f=$data/$1.dat term=pngcairo
+plot() { # data-name ylabel title: a line per stack column of the data, perftest as points
+  local b=$1 f term=pngcairo
+  f=$data/$b.dat
   [ -s "$f" ] || return 0
   command -v gnuplot >/dev/null || return 0
   echo 'set terminal' | gnuplot 2>&1 | grep -q pngcairo || term=png
+  local cols series="" i=2 c
+  read -r -a cols < <(head -n 1 "$f" | sed 's/^# size //')
+  for c in "${cols[@]}"; do
+    if [ "$c" = perftest ]; then
+      series="$series, \"\" using 1:$i with points pt 7 ps 1.5 lc rgb \"black\" title \"perftest (raw verbs)\""
+    else
+      series="$series, \"\" using 1:$i with linespoints lw 2 title \"$(label "$c")\""
+    fi
+    i=$((i + 1))
+  done
   gnuplot <<EOF 2>>"$out/gnuplot.log"
 set terminal $term size 900,560 noenhanced
 set output "$out/$b.png"
@@ -97,12 +118,20 @@ set offsets graph 0.03, graph 0.03, 0, 0
 set grid
 set key top left
 set datafile missing "?"
-plot "$f" using 1:2 with linespoints lw 2 title "rdmx MTL, RC", \
-     "" using 1:3 with linespoints lw 2 title "rdmx MTL, UD", \
-     "" using 1:4 with linespoints lw 2 title "pml ucx", \
-     "" using 1:5 with linespoints lw 2 title "pml ob1, btl tcp", \
-     "" using 1:6 with points pt 7 ps 1.5 lc rgb "black" title "perftest (raw verbs)"
+plot "$f" using 1:2 notitle with dots lc rgb "white"$series
 EOF
+}
+label() { # stack -> its legend
+  case $1 in
+    rdmx-rc) echo "rdmx MTL, RC" ;;
+    rdmx-ud) echo "rdmx MTL, UD" ;;
+    ucx) echo "pml ucx (rc/ud_verbs)" ;;
+    tcp) echo "pml ob1, btl tcp" ;;
+    rdmx-shm) echo "rdmx MTL, shared memory" ;;
+    ucx-node) echo "pml ucx, UCX defaults" ;;
+    vader) echo "pml ob1, btl vader" ;;
+    *) echo "$1" ;;
+  esac
 }
 
 # ---- scale figures --------------------------------------------------------------------------
@@ -194,6 +223,25 @@ scale() {
                     (hi <= lo * 1.05) ? "yes" : "NO", src, lo / 1e6, hi / 1e6, nps }' "$rows"
 }
 
+# hpcc at 4 ranks per node-local stack: wall time from hpcc_run.sh's PASS line.
+hpcc_wall() { # stack -> seconds, or nothing
+  awk '/^PASS hpcc/ { gsub(/[()]/, "", $3); printf "%.1f", $3 / 1000 }' "$raw/hpcc.$1.out" 2>/dev/null
+}
+hpcc_table() {
+  local st t u
+  ls "$raw"/hpcc.*.out >/dev/null 2>&1 || return 0
+  u=$(hpcc_wall ucx-node)
+  echo "### node-local hpcc, 4 ranks, N = 500 (tests/mpi/hpcc/hpccinf-np4.txt): wall time (s)"
+  echo
+  echo "| stack | wall (s) | / UCX defaults |"
+  echo "|---|---:|---:|"
+  for st in rdmx-shm ucx-node vader; do
+    t=$(hpcc_wall "$st")
+    echo "| $(label "$st") | ${t:-fail} | $(awk -v a="$t" -v b="$u" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-" }') |"
+  done
+  echo
+}
+
 # ---- headline ratios against the MTL issue's targets -------------------------------------------
 headline() {
   awk -v lat="$data/osu_latency.dat" -v bw="$data/osu_bw.dat" '
@@ -245,6 +293,19 @@ headline() {
     osu_mbw_mr_rate
   table osu_multi_lat 2 "" "osu_multi_lat: latency (us), 2 pairs at once, np 4"
   table osu_latency_mt 2 "" "osu_latency_mt: latency (us), 2 threads per rank, MPI_THREAD_MULTIPLE"
+  echo "## All ranks on one node"
+  echo
+  echo "The same programs, every rank on one node: the rdmx MTL with its defaults (node-local peers"
+  echo "through shared memory, rendezvous by cross-memory attach), pml ucx with UCX's defaults, pml"
+  echo "ob1 with btl vader. ci/bench-local repeats the figures with targets in interleaved rounds."
+  echo
+  tstacks="rdmx-shm ucx-node vader" tnames="rdmx shm|UCX defaults|ob1 vader" tref=ucx-node
+  table osu_latency 2 "" "node-local osu_latency: latency (us), np 2" local_osu_latency
+  table osu_bw 2 "" "node-local osu_bw: bandwidth (MB/s), np 2" local_osu_bw
+  table osu_bibw 2 "" "node-local osu_bibw: bandwidth (MB/s), np 2" local_osu_bibw
+  table osu_mbw_mr 2 "" "node-local osu_mbw_mr: aggregate bandwidth (MB/s), 2 pairs, np 4"     local_osu_mbw_mr
+  hpcc_table
+  tstacks="rdmx-rc rdmx-ud ucx tcp" tnames="rdmx RC|rdmx UD|UCX|ob1 TCP" tref=ucx
   echo "## Scale"
   echo
   scale
@@ -271,10 +332,13 @@ plot osu_bibw "bandwidth (MB/s)" "osu_bibw (log axes)"
 plot osu_mbw_mr "aggregate bandwidth (MB/s)" "osu_mbw_mr, 2 pairs (log axes)"
 plot osu_multi_lat "latency (us)" "osu_multi_lat, 2 pairs (log axes)"
 plot osu_latency_mt "latency (us)" "osu_latency_mt, 2 threads per rank (log axes)"
+plot local_osu_latency "latency (us)" "node-local osu_latency (log axes)"
+plot local_osu_bw "bandwidth (MB/s)" "node-local osu_bw (log axes)"
 {
   echo "## Plots"
   echo
-  for p in osu_latency osu_bw osu_bibw osu_mbw_mr osu_multi_lat osu_latency_mt; do
+  for p in osu_latency osu_bw osu_bibw osu_mbw_mr osu_multi_lat osu_latency_mt local_osu_latency \
+    local_osu_bw; do
     [ -f "$out/$p.png" ] && echo "![$p]($p.png)"
   done
   echo

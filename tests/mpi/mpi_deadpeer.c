@@ -17,6 +17,10 @@
  * `mpi_deadpeer never`: rank 1 dies before any message between the two; rank 0's MPI_Recv from
  * it must still fail within the bound (the MTL connects to a source on the first receive, and
  * the unanswered connection fails the peer).
+ *
+ * `mpi_deadpeer mid`: rank 1 starts an 8 MiB MPI_Isend (rendezvous: its request-to-send leaves,
+ * the data waits for the receiver) and dies; rank 0's matching MPI_Recv, and a second one after
+ * it, must fail within the bound, not complete with the bytes half there.
  */
 #include <mpi.h>
 #include <signal.h>
@@ -103,6 +107,44 @@ static void recv_only(int rank, double bound) {
   _exit(0);
 }
 
+static void mid_transfer(int rank, double bound) {
+  enum { kBytes = 8 << 20 };
+  char* buf = malloc(kBytes);
+  MPI_Request r;
+  int rc, inbox = 0;
+  double t0;
+  char text[MPI_MAX_ERROR_STRING];
+  if (buf == NULL) {
+    fail("malloc");
+  }
+  memset(buf, 0x5a, kBytes);
+  if (rank == 1) {
+    (void)MPI_Isend(buf, kBytes, MPI_BYTE, 0, 6, MPI_COMM_WORLD, &r);
+    progress_for(0.2); /* the RTS is on its way */
+    raise(SIGKILL);
+  }
+  sleep(1); /* rank 1 is gone by now, its RTS here */
+  memset(buf, 0, kBytes);
+  t0 = MPI_Wtime();
+  rc = MPI_Recv(buf, kBytes, MPI_BYTE, 1, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS) {
+    fail("a rendezvous MPI_Recv from a sender that died before sending its data succeeded");
+  }
+  printf(
+      "mpi_deadpeer: a rendezvous receive from a sender dead mid-transfer failed after %.1f s: "
+      "%s\n",
+      MPI_Wtime() - t0, err_text(rc, text));
+  if (MPI_SUCCESS == MPI_Recv(&inbox, 1, MPI_INT, 1, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE)) {
+    fail("a receive from the dead rank succeeded");
+  }
+  if (MPI_Wtime() - t0 > bound) {
+    fail("receives from a sender dead mid-transfer took longer than the bound");
+  }
+  printf("PASS mpi_deadpeer mid-transfer (np 2)\n");
+  fflush(stdout);
+  _exit(0);
+}
+
 static void never_connected(int rank, double bound) {
   int inbox = 0, rc;
   double t0;
@@ -159,6 +201,9 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && 0 == strcmp(argv[1], "recv")) {
     recv_only(rank, bound);
+  }
+  if (argc > 1 && 0 == strcmp(argv[1], "mid")) {
+    mid_transfer(rank, bound);
   }
   if (rank == 1) {
     raise(SIGKILL);

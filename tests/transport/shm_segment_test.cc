@@ -133,8 +133,9 @@ TEST(ShmSegment, ProducerStopsAtAFullRingUntilTheConsumerPops) {
   Segment owner;
   ASSERT_TRUE(
       create(owner, Geometry{.rings = 1, .slots = 3, .slot_size = 64}, unique_instance(), 0));
-  const std::uint32_t ring = owner.claim(7);
-  ASSERT_EQ(ring, 0u);
+  std::string error;
+  const std::uint32_t ring = owner.claim(7, &error);
+  ASSERT_EQ(ring, 0u) << error;
   Producer tx = owner.producer(ring);
   Consumer rx = owner.consumer(ring);
   EXPECT_EQ(tx.max_message(), 56u);
@@ -156,7 +157,9 @@ TEST(ShmSegment, AnOversizedLengthReadsAsNothingWhole) {
   Segment owner;
   ASSERT_TRUE(
       create(owner, Geometry{.rings = 1, .slots = 2, .slot_size = 64}, unique_instance(), 0));
-  Producer tx = owner.producer(owner.claim(1));
+  std::string error;
+  ASSERT_EQ(owner.claim(1, &error), 0u) << error;
+  Producer tx = owner.producer(0);
   Consumer rx = owner.consumer(0);
   const char m[8] = {};
   tx.push(m, 8, nullptr, 0, nullptr, 0);

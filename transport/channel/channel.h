@@ -1,20 +1,25 @@
 // Channels: a channel is the per-peer reliable, ordered message path of one transport mode, with
-// its RDMA operations. The worker picks one channel type at setup (Worker::choose_channel, from
-// the resolved rdmx_config_t.transport) and never tests the mode again per message:
+// its RDMA operations. The worker picks one device channel type at setup (Worker::choose_channel,
+// from the resolved rdmx_config_t.transport) and never tests the mode again per message:
 //
 //   RcChannel (rc_channel.h, rc_peer.h;    one RC QP per size class, credits, OrderGuard, eager
 //              rc_send.cc, rc_ring.cc)     rings, flush, watchdog
 //   UdChannel (ud_channel.h, ud_peer.h;    shared UD QPs, send window, acks, RTO and resend,
 //              ud_send.cc, ud_write_qp.cc) congestion window, on-demand RC write QPs
+//   ShmChannel (shm_channel.h, shm_peer.h, node-local peers, in either mode: rings in /dev/shm,
+//              shm_send.cc, shm_segment.h) rendezvous by cross-memory attach
+//
+// Each peer's post and stream_full are set with its address (Worker::set_address): the
+// shared-memory channel's for a peer on this node, the device channel's (from ChannelOps)
+// otherwise. The shared-memory channel needs only those two hooks: its messages never reach a
+// CQ (progress polls its rings, recv.cc poll_shm) and its rendezvous copies are routed by the
+// peer in RndvHooks (rndv.cc).
 //
 // The generic paths (recv.cc, send.cc) are templates over the channel type: each message calls
 // the channel's hooks directly, inlined, with no virtual call and no mode branch. The worker
 // enters them through ChannelOps, a table of those instantiations chosen once at setup: one
 // indirect call per CQ poll (a batch of completions) and one per posted message, where a UCX
-// transport has its iface's ops. A third channel type (shared memory) is one more header with the
-// same hooks and its per-peer state in Peer, named in Worker::choose_channel and
-// Worker::setup_rendezvous and instantiated at the end of recv.cc and send.cc; the other two do
-// not change.
+// transport has its iface's ops.
 //
 // The hooks a channel type provides (static members; all but post inline):
 //   post(w, peer, header, body, body_length, payload, length) -> PostResult

@@ -28,9 +28,9 @@ std::string shm_space() {
   if (statvfs("/dev/shm", &s) != 0) {
     return "/dev/shm is missing";
   }
-  const auto mib = [](unsigned long long b) { return std::to_string(b >> 20) + " MiB"; };
-  return "/dev/shm has " + mib(static_cast<unsigned long long>(s.f_bavail) * s.f_frsize) +
-         " free of " + mib(static_cast<unsigned long long>(s.f_blocks) * s.f_frsize);
+  const auto kib = [](unsigned long long b) { return std::to_string(b >> 10) + " KiB"; };
+  return "/dev/shm has " + kib(static_cast<unsigned long long>(s.f_bavail) * s.f_frsize) +
+         " free of " + kib(static_cast<unsigned long long>(s.f_blocks) * s.f_frsize);
 }
 
 }  // namespace
@@ -58,11 +58,10 @@ std::string segment_name(std::uint32_t pid, std::uint64_t instance) {
 }
 
 bool Segment::map(int fd, std::size_t bytes, std::string* error) {
+  fd_ = fd;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int e = errno;
-  (void)close(fd);
   if (p == MAP_FAILED) {
-    *error = "mmap of " + std::to_string(bytes >> 10) + " KiB failed: " + errno_text(e);
+    *error = "mmap of " + std::to_string(bytes >> 10) + " KiB failed: " + errno_text(errno);
     return false;
   }
   hdr_ = static_cast<SegmentHeader*>(p);
@@ -80,11 +79,13 @@ bool Segment::create(const Geometry& g, std::uint32_t pid, std::uint64_t instanc
              "; RDMX_SHM=0 (mtl_rdmx_shm 0) sends node-local messages through the device";
     return false;
   }
-  // The file is sparse: ftruncate reserves nothing, the rings' pages come when written. A full
-  // /dev/shm shows at the first write as SIGBUS, so check the room of the rings that will be
-  // used now (fallocate would take the whole file).
-  if (ftruncate(fd, static_cast<off_t>(g.bytes())) != 0) {
-    const int e = errno;
+  // Sparse: ftruncate reserves nothing. The header's page is allocated now, each ring's when
+  // it is claimed (claim).
+  int e = ftruncate(fd, static_cast<off_t>(g.bytes())) != 0 ? errno : 0;
+  if (e == 0) {
+    e = posix_fallocate(fd, 0, kCacheLine);
+  }
+  if (e != 0) {
     (void)close(fd);
     (void)shm_unlink(name.c_str());
     *error = "cannot size /dev/shm" + name + " to " + std::to_string(g.bytes() >> 10) +
@@ -141,10 +142,9 @@ bool Segment::attach(std::uint32_t pid, std::uint64_t instance, std::uint64_t se
     *error = "/dev/shm" + name + " is not a segment of this rdmx version";
     return false;
   }
-  ring_ = claim(sender_uid);
+  ring_ = claim(sender_uid, error);
   if (ring_ == kNoRing) {
-    *error = "/dev/shm" + name + " has no ring left for this process (" + std::to_string(g.rings) +
-             " taken): raise RDMX_SHM_RINGS (mtl_rdmx_shm_rings)";
+    *error = "/dev/shm" + name + ": " + *error;
     return false;
   }
   const std::uint32_t n = hdr_->attached.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -159,6 +159,9 @@ Segment::~Segment() {
   if (hdr_ != nullptr) {
     (void)munmap(hdr_, bytes_);
   }
+  if (fd_ >= 0) {
+    (void)close(fd_);
+  }
 }
 
 void Segment::unlink() noexcept {
@@ -168,12 +171,23 @@ void Segment::unlink() noexcept {
   }
 }
 
-std::uint32_t Segment::claim(std::uint64_t sender_uid) noexcept {
+std::uint32_t Segment::claim(std::uint64_t sender_uid, std::string* error) noexcept {
   const std::uint32_t k = hdr_->claimed.fetch_add(1, std::memory_order_acq_rel);
   if (k >= hdr_->rings) {
+    *error = "no ring left (" + std::to_string(hdr_->rings) +
+             " taken): raise RDMX_SHM_RINGS (mtl_rdmx_shm_rings)";
     return kNoRing;
   }
   RingControl* c = control(k);
+  const Geometry g{hdr_->rings, hdr_->slots, hdr_->slot_size};
+  const auto offset = reinterpret_cast<std::byte*>(c) - reinterpret_cast<std::byte*>(hdr_);
+  if (const int e = posix_fallocate(fd_, offset, static_cast<off_t>(g.ring_bytes())); e != 0) {
+    // The ring stays claimed and unused: its consumer never sees a message in it.
+    *error = "no room for a ring of " + std::to_string(g.ring_bytes() >> 10) +
+             " KiB: " + errno_text(e) + "; " + shm_space() +
+             ": lower RDMX_SHM_SLOTS (mtl_rdmx_shm_slots), free /dev/shm, or set RDMX_SHM=0";
+    return kNoRing;
+  }
   c->sender_uid = sender_uid;
   return k;
 }

@@ -16,6 +16,10 @@
 // and reload it only when the ring looks full (producer) or empty (consumer): while messages
 // flow, each side touches the other's line once per lap, not once per message.
 //
+// Memory: the file is sparse; whoever claims a ring allocates its pages at once (posix_fallocate),
+// so that a full /dev/shm is an error at connection time, naming the cause, and never a SIGBUS
+// at a later write.
+//
 // Lifecycle: the owner creates the file (O_EXCL, mode 0600) under a name made of its pid and
 // worker instance. Every other process that attaches counts itself in the header; the one that
 // makes the count reach `expected` (the local processes the owner was told of) removes the
@@ -197,9 +201,10 @@ class Segment {
   std::uint32_t claimed() const noexcept {
     return std::min(hdr_->claimed.load(std::memory_order_acquire), hdr_->rings);
   }
-  // Claims a ring of this segment (the owner's own, for sends to itself). kNoRing: all taken.
+  // Claims a ring of this segment (the owner's own, for sends to itself) and allocates its
+  // pages. kNoRing, *error saying why: all taken, or no room in /dev/shm.
   static constexpr std::uint32_t kNoRing = ~0u;
-  std::uint32_t claim(std::uint64_t sender_uid) noexcept;
+  std::uint32_t claim(std::uint64_t sender_uid, std::string* error) noexcept;
   std::uint32_t ring() const noexcept { return ring_; }  // attach()'s ring
   Producer producer(std::uint32_t ring) const noexcept;
   Consumer consumer(std::uint32_t ring) const noexcept;
@@ -216,6 +221,7 @@ class Segment {
 
   SegmentHeader* hdr_ = nullptr;
   std::size_t bytes_ = 0;
+  int fd_ = -1;       // kept for posix_fallocate of the rings claimed through this mapping
   std::string name_;  // while the name exists and this process removes it
   std::uint32_t ring_ = kNoRing;
 };

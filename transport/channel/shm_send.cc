@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -52,6 +53,7 @@ void Worker::create_segment() {
 void Worker::close_segment() noexcept {
   shm_done_.clear();
   shm_rx_.clear();
+  shm_gone_.clear();
   shm_.reset();  // unmapped, and its name removed if no peer did
 }
 
@@ -66,10 +68,8 @@ int Worker::attach_shm(Peer& peer, const WorkerAddress& a) {
   std::string why;
   if (a.uid == uid_ && a.instance == instance_) {
     // Ourselves: a ring of our own segment; the rendezvous copies are memcpy.
-    const std::uint32_t ring = shm_->claim(uid_);
-    if (ring == shm::Segment::kNoRing) {
-      why = "no ring left in our own segment: raise RDMX_SHM_RINGS (mtl_rdmx_shm_rings)";
-    } else {
+    const std::uint32_t ring = shm_->claim(uid_, &why);
+    if (ring != shm::Segment::kNoRing) {
       s.tx = shm_->producer(ring);
       s.cma = true;
     }
@@ -132,12 +132,12 @@ namespace {
 
 // `length` bytes between our `local` and the peer's `remote`: process_vm_writev (write) or
 // process_vm_readv; memcpy for ourselves (pid 0). The kernel copies page by page and may stop
-// short (the peer unmapped or died): only a whole copy counts.
-bool cma_copy(pid_t pid, void* local, std::uint64_t remote, std::size_t length, bool write) {
+// short (the peer unmapped or died): only a whole copy counts. 0, or the errno.
+int cma_copy(pid_t pid, void* local, std::uint64_t remote, std::size_t length, bool write) {
   if (pid == 0) {
     void* r = reinterpret_cast<void*>(remote);
     std::memcpy(write ? r : local, write ? local : r, length);
-    return true;
+    return 0;
   }
   std::size_t done = 0;
   while (done < length) {
@@ -146,13 +146,16 @@ bool cma_copy(pid_t pid, void* local, std::uint64_t remote, std::size_t length, 
     const ssize_t n =
         write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (n <= 0) {
-      std::fprintf(stderr, "rdmx: cross-memory %s of %zu bytes with pid %d failed: %s\n",
-                   write ? "write" : "read", length - done, pid, std::strerror(errno));
-      return false;
+      const int e = n == 0 ? EFAULT : errno;
+      if (e != ESRCH) {  // a peer that is gone is reported once, by fail_peer
+        std::fprintf(stderr, "rdmx: cross-memory %s of %zu bytes with pid %d failed: %s\n",
+                     write ? "write" : "read", length - done, pid, std::strerror(e));
+      }
+      return e;
     }
     done += static_cast<std::size_t>(n);
   }
-  return true;
+  return 0;
 }
 
 pid_t cma_pid(const Peer& p) {
@@ -169,9 +172,12 @@ rendezvous::PostResult Worker::shm_write(Peer& p, const rendezvous::WriteRequest
   if (w.with_imm && p.shm.tx.full()) {
     return rendezvous::PostResult::kNoResource;
   }
-  if (w.length != 0 && !cma_copy(cma_pid(p), const_cast<void*>(w.local_addr), w.remote_addr,
-                                 w.length, /*write=*/true)) {
-    return rendezvous::PostResult::kFailed;
+  if (w.length != 0) {
+    const int e = cma_copy(cma_pid(p), const_cast<void*>(w.local_addr), w.remote_addr, w.length,
+                           /*write=*/true);
+    if (e != 0) {
+      return shm_copy_failed(p, e);
+    }
   }
   stat_cma_bytes_ += w.length;
   if (w.with_imm && post_message(p, protocol::MsgKind::kRndvImm, 0, w.imm, nullptr, 0) !=
@@ -186,16 +192,35 @@ rendezvous::PostResult Worker::shm_read(Peer& p, const rendezvous::ReadRequest& 
   if (p.state == PeerState::kFailed || !p.shm.cma) {  // start_rndv_recv asks for no reads then
     return rendezvous::PostResult::kFailed;
   }
-  if (r.length != 0 && !cma_copy(cma_pid(p), r.local_addr, r.remote_addr, r.length,
-                                 /*write=*/false)) {
-    return rendezvous::PostResult::kFailed;
+  if (r.length != 0) {
+    const int e = cma_copy(cma_pid(p), r.local_addr, r.remote_addr, r.length, /*write=*/false);
+    if (e != 0) {
+      return shm_copy_failed(p, e);
+    }
   }
   stat_cma_bytes_ += r.length;
   shm_done_.push_back({.token = r.token, .ok = true, .read = true});
   return rendezvous::PostResult::kPosted;
 }
 
+rendezvous::PostResult Worker::shm_copy_failed(Peer& p, int error) {
+  if (error != ESRCH) {
+    return rendezvous::PostResult::kFailed;  // the transfer fails (the peer's memory is gone)
+  }
+  // The peer's process is gone: the peer fails (its transfers with RDMX_ERR_UNREACHABLE, as for
+  // any dead peer) from the next progress call, not from inside the engine's hook; until then
+  // the engine retries and meets the same.
+  if (std::find(shm_gone_.begin(), shm_gone_.end(), &p) == shm_gone_.end()) {
+    shm_gone_.push_back(&p);
+  }
+  return rendezvous::PostResult::kNoResource;
+}
+
 int Worker::run_shm_done() {
+  for (Peer* p : shm_gone_) {
+    fail_peer(*p, RDMX_ERR_UNREACHABLE, "its process is gone (node-local peer)");
+  }
+  shm_gone_.clear();
   // A completion may post the transfer's next copy, which lands here too: by index, by value.
   std::size_t i = 0;
   for (; i < shm_done_.size(); ++i) {
