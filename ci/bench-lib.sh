@@ -92,9 +92,10 @@ mpi_stack_args() {
     # the device at all.
     rdmx-rc) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport rc --mca mtl_rdmx_shm 0) ;;
     rdmx-ud) sargs=(--mca pml cm --mca mtl rdmx --mca mtl_rdmx_transport ud --mca mtl_rdmx_shm 0) ;;
-    # Node-local stacks (ci/bench-local, ci/demo), each with its defaults.
+    # Node-local stacks (ci/bench-local, ci/demo), each with its defaults; UCX's UD wire-up
+    # (its defaults open ud_verbs on rxe too) dies without the DGID check off (softroce.md).
     rdmx-shm) sargs=(--mca pml cm --mca mtl rdmx) ;;
-    ucx-node) sargs=(--mca pml ucx) ;;
+    ucx-node) sargs=(--mca pml ucx -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
     vader) sargs=(--mca pml ob1 --mca btl self,vader) ;;
     ucx) sargs=(--mca pml ucx -x UCX_TLS=self,rc_verbs,ud_verbs -x "UCX_NET_DEVICES=$2:1"
                 -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;

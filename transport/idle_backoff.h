@@ -95,8 +95,10 @@ class SpinPolls {
                        std::uint64_t gap_us) const noexcept {
     return idle_end_ != 0 && now - idle_end_ < gap_us ? std::max(max_polls, 1u) : 1u;
   }
-  // At the end of a call at `now`: whether it found nothing.
+  // At the end of a call at `now`: whether it found nothing (`now` is read only then).
   void end(bool idle, std::uint64_t now) noexcept { idle_end_ = idle ? now : 0; }
+  // The last call found nothing: budget() needs the time.
+  bool after_idle() const noexcept { return idle_end_ != 0; }
 
  private:
   std::uint64_t idle_end_ = 0;  // when the last call returned having found nothing; 0: it found

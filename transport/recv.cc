@@ -134,7 +134,12 @@ int Worker::progress() {
       events += run_shm_done();
     }
   }
-  events += ops_.poll_recv(*this, recv_cq_->get());
+  // With every peer on this node (shared memory), the receive CQ carries only the control QP's
+  // connection messages: unless a connection is being made, every 16th call looks.
+  if (device_peers_ != 0 || (progress_calls_ & 15) == 0 ||
+      next_connect_timer_us_ != protocol::kNoDeadline) [[likely]] {
+    events += ops_.poll_recv(*this, recv_cq_->get());
+  }
   if (done_head_ != nullptr) {
     events += run_completions();
   }

@@ -137,6 +137,7 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   }
   peer.post = ops_.post;
   peer.stream_full = ops_.stream_full;
+  ++device_peers_;
   if (shm_ != nullptr && config_.verbose >= 1) {
     std::fprintf(stderr, "rdmx: %016llx: peer %016llx goes through the device (%s): %s\n",
                  static_cast<unsigned long long>(uid_), static_cast<unsigned long long>(a.uid),

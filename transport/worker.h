@@ -578,6 +578,7 @@ class Worker {
   std::uint64_t next_watchdog_us_ = 0;
   std::uint64_t next_async_us_ = 0;  // progress() reads async events again from then
   std::uint32_t rc_connected_peers_ = 0;
+  std::uint32_t device_peers_ = 0;      // peers with an address whose channel is the device's
   std::uint32_t rc_credit_window_ = 0;  // update_rc_credit_window
   bool closing_ = false;
   bool hold_refills_for_test_ = false;  // debug::hold_srq_refills: the data classes' SRQs
