@@ -468,9 +468,9 @@ void Worker::on_handshake(const ConnectBody& body, const WorkerAddress& from) {
   bool just_connected = false;
   try {
     if (p->shm.on || ud_mode_) {
+      // Nothing to connect: shared memory (our ring in the peer's segment is attached), UD.
       if (!p->rc_ready) {
-        p->rc_ready =
-            true;  // shared memory (the ring is ours to write now), UD: nothing to connect
+        p->rc_ready = true;
         just_connected = true;
       }
     } else {

@@ -198,6 +198,8 @@ class Segment {
   ~Segment();
 
   const SegmentHeader& header() const noexcept { return *hdr_; }
+  // Rings handed out. A ring counted here may still be being set up by its claimer: its
+  // sender_uid is certain only once its first message is (the producer's release store).
   std::uint32_t claimed() const noexcept {
     return std::min(hdr_->claimed.load(std::memory_order_acquire), hdr_->rings);
   }
