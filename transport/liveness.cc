@@ -57,7 +57,7 @@ void Worker::run_liveness(std::uint64_t now) {
     if (p.state != PeerState::kConnected || !p.rx) {
       continue;
     }
-    if (p.shm.on) {
+    if (p.shm.on()) {
       // On this node: the process is there or it is not (a live one that does not progress is
       // only slow, as for any shared-memory transport).
       if (waiting && p.shm.segment != nullptr && kill(static_cast<pid_t>(p.address.pid), 0) != 0 &&

@@ -245,7 +245,7 @@ inline int Worker::poll_shm_ring(std::uint32_t k) {
     if (rx.peer == nullptr && whole && h.src_ep < peers_.size()) [[unlikely]] {
       // The ring's first message: its writer is the peer it names, if that peer claimed it.
       Peer& c = *peers_[h.src_ep];
-      if (c.shm.on && c.uid == rx.ring.control().sender_uid) {
+      if (c.shm.on() && c.uid == rx.ring.control().sender_uid) {
         rx.peer = &c;
       }
     }
@@ -438,7 +438,7 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
       release();
       return;
     case protocol::MsgKind::kRndvImm:
-      if (peer.shm.on) {  // over the device the immediate comes with the write itself
+      if (peer.shm.on()) {  // over the device the immediate comes with the write itself
         rndv_->on_imm(h.aux);
       } else {
         ++stat_dropped_malformed_;

@@ -43,7 +43,7 @@ class Worker::RndvHooks final : public rendezvous::Transport {
   rendezvous::PostResult post_cts(rendezvous::PeerIndex peer,
                                   const protocol::CtsBody& body) override {
     Peer& p = *w_.peers_[peer];
-    return post(p, protocol::MsgKind::kCts, p.shm.on ? 0 : Ch::cts_aux(p), &body, sizeof(body),
+    return post(p, protocol::MsgKind::kCts, p.shm.on() ? 0 : Ch::cts_aux(p), &body, sizeof(body),
                 nullptr, 0);
   }
   rendezvous::PostResult post_fin(rendezvous::PeerIndex peer,
@@ -66,7 +66,7 @@ class Worker::RndvHooks final : public rendezvous::Transport {
     if (p.state != PeerState::kConnected) {
       return rendezvous::WriteConnection::kUnavailable;
     }
-    if (p.shm.on) {  // copies by cross-memory attach, or the copy path through the ring
+    if (p.shm.on()) {  // copies by cross-memory attach, or the copy path through the ring
       return p.shm.cma ? rendezvous::WriteConnection::kReady
                        : rendezvous::WriteConnection::kUnavailable;
     }
@@ -75,7 +75,7 @@ class Worker::RndvHooks final : public rendezvous::Transport {
   rendezvous::PostResult post_write(rendezvous::PeerIndex peer,
                                     const rendezvous::WriteRequest& write) override {
     Peer& p = *w_.peers_[peer];
-    if (p.shm.on) {
+    if (p.shm.on()) {
       return w_.shm_write(p, write);
     }
     return w_.post_write(p, Ch::write_queue(p), write);
@@ -83,7 +83,7 @@ class Worker::RndvHooks final : public rendezvous::Transport {
   rendezvous::PostResult post_read(rendezvous::PeerIndex peer,
                                    const rendezvous::ReadRequest& read) override {
     Peer& p = *w_.peers_[peer];
-    if (p.shm.on) {
+    if (p.shm.on()) {
       return w_.shm_read(p, read);
     }
     if constexpr (Ch::kReads) {
@@ -248,7 +248,7 @@ void Worker::start_rndv_recv(Request* r, Peer& peer, std::uint64_t tag,
   r->status.length = rts.total_length;
   activate(r);  // it leaves the matcher but stays rdmx's until the data is in
   protocol::RtsBody body = rts;
-  if (peer.shm.on && !peer.shm.cma) {
+  if (peer.shm.on() && !peer.shm.cma) {
     // A node-local sender whose memory we cannot reach (shm_cma=0, or the kernel refuses
     // cross-memory attach): no read share, the sender copies it all through the ring.
     body.rkey = 0;

@@ -304,7 +304,8 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
     std::fprintf(stderr, "rdmx: peer %016llx unreachable: %s\n",
                  static_cast<unsigned long long>(peer.uid), why);
   }
-  if (peer.state == PeerState::kConnected && !ud_mode_ && !peer.shm.on && rc_connected_peers_ > 0) {
+  if (peer.state == PeerState::kConnected && !ud_mode_ && !peer.shm.on() &&
+      rc_connected_peers_ > 0) {
     --rc_connected_peers_;
     update_rc_credit_window();
   }

@@ -221,7 +221,7 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
 }
 
 void Worker::start_connect(Peer& peer) {
-  if (!ud_mode_ && !peer.shm.on && !peer.rc.qp[0]) {
+  if (!ud_mode_ && !peer.shm.on() && !peer.rc.qp[0]) {
     create_rc_qps(peer);
   }
   arm_connect(peer, /*send_request=*/true);
@@ -358,7 +358,7 @@ void Worker::on_connected(Peer& peer) {
     return;
   }
   set_state(peer, PeerState::kConnected);
-  if (!ud_mode_ && !peer.shm.on) {
+  if (!ud_mode_ && !peer.shm.on()) {
     ++rc_connected_peers_;
     update_rc_credit_window();
   }
@@ -427,7 +427,7 @@ void Worker::on_disconnect(const protocol::MsgHeader& h, const ibv_wc& wc) {
     if (p.rc.rx_ring) {
       (void)poll_ring(p);
     }
-    if (p.shm.on) {
+    if (p.shm.on()) {
       (void)poll_shm();  // the same for our shared-memory rings
     }
     fail_peer(p, RDMX_ERR_UNREACHABLE, "the peer worker was destroyed", /*dead=*/false);
@@ -467,7 +467,7 @@ void Worker::on_handshake(const ConnectBody& body, const WorkerAddress& from) {
   // always retransmit it.
   bool just_connected = false;
   try {
-    if (p->shm.on || ud_mode_) {
+    if (p->shm.on() || ud_mode_) {
       // Nothing to connect: shared memory (our ring in the peer's segment is attached), UD.
       if (!p->rc_ready) {
         p->rc_ready = true;

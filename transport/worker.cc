@@ -111,7 +111,7 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_reg_misses = r.misses;
   }
   for (const auto& p : peers_) {
-    s.shm_peers += p->shm.on ? 1 : 0;
+    s.shm_peers += p->shm.on() ? 1 : 0;
     s.rc_connections += p->ud.wqp_state != WriteQpState::kNone ? 1 : 0;
     s.num_qps += p->ud.write_qp ? 1 : 0;
   }
@@ -188,7 +188,7 @@ void Worker::dump() const {
                    p->rc.guard->next(), p->rc.guard->oldest(), p->rc.sq[0].outstanding(),
                    p->rc.sq[1].outstanding(), static_cast<unsigned long long>(p->rc.completions));
     }
-    if (p->shm.on) {
+    if (p->shm.on()) {
       std::fprintf(stderr, " shared memory next %u%s", p->shm.next_seq,
                    p->shm.tx.full() ? " (ring full)" : "");
     }

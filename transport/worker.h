@@ -549,9 +549,8 @@ class Worker {
     Peer* peer = nullptr;
   };
   std::vector<ShmRx> shm_rx_;
-  struct ShmDone {
+  struct ShmDone {  // a copy done (a failed one is reported by its hook's result instead)
     std::uint64_t token;
-    bool ok;
     bool read;
   };
   std::vector<ShmDone> shm_done_;

@@ -218,7 +218,7 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
   next_watchdog_us_ = now + kWatchdogPeriodUs;
   const std::uint64_t timeout_us = std::uint64_t{config_.peer_timeout_ms} * 1000;
   for (auto& p : peers_) {
-    if (p->state != PeerState::kConnected || !p->rc_ready || p->shm.on) {
+    if (p->state != PeerState::kConnected || !p->rc_ready || p->shm.on()) {
       continue;
     }
     if (p->rc.watch_since_us == 0) {  // first look at this peer: the wait starts now

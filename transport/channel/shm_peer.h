@@ -12,7 +12,8 @@
 namespace rdmx::transport {
 
 struct ShmPeer {
-  bool on = false;   // this peer's traffic goes through shared memory, both ways
+  // This peer's traffic goes through shared memory, both ways: we hold a ring in its segment.
+  bool on() const noexcept { return tx.valid(); }
   bool cma = false;  // process_vm_readv/writev to the peer work: single-copy rendezvous
   std::unique_ptr<shm::Segment> segment;  // the peer's (nullptr for ourselves: our own)
   shm::Producer tx;                       // our ring in the peer's segment

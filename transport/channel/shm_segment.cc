@@ -134,7 +134,7 @@ bool Segment::attach(std::uint32_t pid, std::uint64_t instance, std::uint64_t se
   if (!map(fd, static_cast<std::size_t>(st.st_size), error)) {
     return false;
   }
-  const Geometry g{hdr_->rings, hdr_->slots, hdr_->slot_size};
+  const Geometry g = geometry();
   if (__atomic_load_n(&hdr_->magic, __ATOMIC_ACQUIRE) != kSegmentMagic ||
       hdr_->version != kSegmentVersion || hdr_->owner_instance != instance ||
       g.slot_size <= kSlotPrefix || g.slot_size % kCacheLine != 0 || g.slots == 0 ||
@@ -178,8 +178,8 @@ std::uint32_t Segment::claim(std::uint64_t sender_uid, std::string* error) noexc
              " taken): raise RDMX_SHM_RINGS (mtl_rdmx_shm_rings)";
     return kNoRing;
   }
-  RingControl* c = control(k);
-  const Geometry g{hdr_->rings, hdr_->slots, hdr_->slot_size};
+  RingControl* c = layout(k).control;
+  const Geometry g = geometry();
   const auto offset = reinterpret_cast<std::byte*>(c) - reinterpret_cast<std::byte*>(hdr_);
   if (const int e = posix_fallocate(fd_, offset, static_cast<off_t>(g.ring_bytes())); e != 0) {
     // The ring stays claimed and unused: its consumer never sees a message in it.
@@ -192,20 +192,14 @@ std::uint32_t Segment::claim(std::uint64_t sender_uid, std::string* error) noexc
   return k;
 }
 
-RingControl* Segment::control(std::uint32_t ring) const noexcept {
-  const Geometry g{hdr_->rings, hdr_->slots, hdr_->slot_size};
-  return reinterpret_cast<RingControl*>(reinterpret_cast<std::byte*>(hdr_) + kCacheLine +
-                                        ring * g.ring_bytes());
-}
-
-Producer Segment::producer(std::uint32_t ring) const noexcept {
-  RingControl* c = control(ring);
-  return {c, reinterpret_cast<std::byte*>(c + 1), hdr_->slots, hdr_->slot_size};
-}
-
-Consumer Segment::consumer(std::uint32_t ring) const noexcept {
-  RingControl* c = control(ring);
-  return {c, reinterpret_cast<std::byte*>(c + 1), hdr_->slots, hdr_->slot_size};
+RingLayout Segment::layout(std::uint32_t ring) const noexcept {
+  const Geometry g = geometry();
+  auto* c = reinterpret_cast<RingControl*>(reinterpret_cast<std::byte*>(hdr_) + kCacheLine +
+                                           ring * g.ring_bytes());
+  return {.control = c,
+          .slots = reinterpret_cast<std::byte*>(c + 1),
+          .nslots = g.slots,
+          .slot_size = g.slot_size};
 }
 
 bool Segment::cma_works(pid_t pid) const noexcept {

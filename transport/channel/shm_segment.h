@@ -91,33 +91,42 @@ constexpr std::uint32_t slot_size_for(std::size_t max_message) noexcept {
                                     ~(kCacheLine - 1));
 }
 
+// Where one ring lies in a mapping: what both of its sides need.
+struct RingLayout {
+  RingControl* control = nullptr;
+  std::byte* slots = nullptr;  // right after the control lines
+  std::uint32_t nslots = 0;
+  std::uint32_t slot_size = 0;
+  // The slot of the n-th message: both sides index by the same counter, so they agree on every
+  // slot, across its wrap at 2^32 too.
+  std::byte* slot(std::uint32_t n) const noexcept {
+    return slots + std::size_t{n % nslots} * slot_size;
+  }
+};
+
 // One sender's side of a ring.
 class Producer {
  public:
   Producer() = default;
-  Producer(RingControl* control, std::byte* slots, std::uint32_t nslots,
-           std::uint32_t slot_size) noexcept
-      : c_(control),
-        slots_(slots),
-        nslots_(nslots),
-        slot_size_(slot_size),
-        tail_(control->tail.load(std::memory_order_relaxed)),
-        head_(control->head.load(std::memory_order_acquire)) {}
+  explicit Producer(const RingLayout& r) noexcept
+      : r_(r),
+        tail_(r.control->tail.load(std::memory_order_relaxed)),
+        head_(r.control->head.load(std::memory_order_acquire)) {}
 
-  bool valid() const noexcept { return c_ != nullptr; }
-  std::size_t max_message() const noexcept { return slot_size_ - kSlotPrefix; }
+  bool valid() const noexcept { return r_.control != nullptr; }
+  std::size_t max_message() const noexcept { return r_.slot_size - kSlotPrefix; }
   bool full() const noexcept {
-    if (tail_ - head_ < nslots_) [[likely]] {
+    if (tail_ - head_ < r_.nslots) [[likely]] {
       return false;
     }
-    head_ = c_->head.load(std::memory_order_acquire);
-    return tail_ - head_ >= nslots_;
+    head_ = r_.control->head.load(std::memory_order_acquire);
+    return tail_ - head_ >= r_.nslots;
   }
   // Copies the three parts in, in order, and publishes them as one message. The caller checked
   // !full() and that the parts fit max_message().
   void push(const void* a, std::size_t alen, const void* b, std::size_t blen, const void* p,
             std::size_t plen) noexcept {
-    std::byte* slot = slots_ + std::size_t{tail_ % nslots_} * slot_size_;
+    std::byte* slot = r_.slot(tail_);
     const auto length = static_cast<std::uint32_t>(alen + blen + plen);
     std::memcpy(slot, &length, sizeof(length));
     std::byte* m = slot + kSlotPrefix;
@@ -128,14 +137,11 @@ class Producer {
     if (plen != 0) {
       std::memcpy(m + alen + blen, p, plen);
     }
-    c_->tail.store(++tail_, std::memory_order_release);
+    r_.control->tail.store(++tail_, std::memory_order_release);
   }
 
  private:
-  RingControl* c_ = nullptr;
-  std::byte* slots_ = nullptr;
-  std::uint32_t nslots_ = 0;
-  std::uint32_t slot_size_ = 0;
+  RingLayout r_;
   std::uint32_t tail_ = 0;
   mutable std::uint32_t head_ = 0;  // the consumer's, as last seen (a cache full() refreshes)
 };
@@ -144,39 +150,30 @@ class Producer {
 class Consumer {
  public:
   Consumer() = default;
-  Consumer(RingControl* control, std::byte* slots, std::uint32_t nslots,
-           std::uint32_t slot_size) noexcept
-      : c_(control),
-        slots_(slots),
-        nslots_(nslots),
-        slot_size_(slot_size),
-        head_(control->head.load(std::memory_order_relaxed)),
-        tail_(head_) {}
+  explicit Consumer(const RingLayout& r) noexcept
+      : r_(r), head_(r.control->head.load(std::memory_order_relaxed)), tail_(head_) {}
 
-  RingControl& control() const noexcept { return *c_; }
+  RingControl& control() const noexcept { return *r_.control; }
   // The next message in place, or nullptr when the ring is empty. *length: its bytes, within
   // the slot (a producer that wrote more is malformed: the caller drops what is not whole).
   const std::byte* peek(std::uint32_t* length) noexcept {
     if (head_ == tail_) {
-      tail_ = c_->tail.load(std::memory_order_acquire);
+      tail_ = r_.control->tail.load(std::memory_order_acquire);
       if (head_ == tail_) [[likely]] {
         return nullptr;
       }
     }
-    const std::byte* slot = slots_ + std::size_t{head_ % nslots_} * slot_size_;
+    const std::byte* slot = r_.slot(head_);
     std::uint32_t n = 0;
     std::memcpy(&n, slot, sizeof(n));
-    *length = n <= slot_size_ - kSlotPrefix ? n : 0;
+    *length = n <= r_.slot_size - kSlotPrefix ? n : 0;
     return slot + kSlotPrefix;
   }
   // The message peek() returned was taken: its slot goes back to the producer.
-  void pop() noexcept { c_->head.store(++head_, std::memory_order_release); }
+  void pop() noexcept { r_.control->head.store(++head_, std::memory_order_release); }
 
  private:
-  RingControl* c_ = nullptr;
-  std::byte* slots_ = nullptr;
-  std::uint32_t nslots_ = 0;
-  std::uint32_t slot_size_ = 0;
+  RingLayout r_;
   std::uint32_t head_ = 0;
   std::uint32_t tail_ = 0;  // the producer's, as last seen
 };
@@ -208,8 +205,8 @@ class Segment {
   static constexpr std::uint32_t kNoRing = ~0u;
   std::uint32_t claim(std::uint64_t sender_uid, std::string* error) noexcept;
   std::uint32_t ring() const noexcept { return ring_; }  // attach()'s ring
-  Producer producer(std::uint32_t ring) const noexcept;
-  Consumer consumer(std::uint32_t ring) const noexcept;
+  Producer producer(std::uint32_t ring) const noexcept { return Producer(layout(ring)); }
+  Consumer consumer(std::uint32_t ring) const noexcept { return Consumer(layout(ring)); }
   // Whether `pid` lets this process read its memory: reads the owner's header through
   // process_vm_readv (false when the kernel refuses: ptrace scope, containers, seccomp).
   bool cma_works(pid_t pid) const noexcept;
@@ -218,7 +215,8 @@ class Segment {
   bool named() const noexcept { return !name_.empty(); }
 
  private:
-  RingControl* control(std::uint32_t ring) const noexcept;
+  Geometry geometry() const noexcept { return {hdr_->rings, hdr_->slots, hdr_->slot_size}; }
+  RingLayout layout(std::uint32_t ring) const noexcept;
   bool map(int fd, std::size_t bytes, std::string* error);
 
   SegmentHeader* hdr_ = nullptr;

@@ -87,7 +87,6 @@ int Worker::attach_shm(Peer& peer, const WorkerAddress& a) {
                  static_cast<unsigned long long>(a.uid), a.pid, why.c_str());
     return RDMX_ERR_UNREACHABLE;
   }
-  s.on = true;
   if (config_.verbose >= 1) {
     std::fprintf(
         stderr, "rdmx: %016llx: peer %016llx (pid %u) is on this node: shared memory, %s\n",
@@ -184,7 +183,7 @@ rendezvous::PostResult Worker::shm_write(Peer& p, const rendezvous::WriteRequest
                         rendezvous::PostResult::kPosted) {
     return rendezvous::PostResult::kFailed;
   }
-  shm_done_.push_back({.token = w.token, .ok = true, .read = false});
+  shm_done_.push_back({.token = w.token, .read = false});
   return rendezvous::PostResult::kPosted;
 }
 
@@ -199,7 +198,7 @@ rendezvous::PostResult Worker::shm_read(Peer& p, const rendezvous::ReadRequest& 
     }
   }
   stat_cma_bytes_ += r.length;
-  shm_done_.push_back({.token = r.token, .ok = true, .read = true});
+  shm_done_.push_back({.token = r.token, .read = true});
   return rendezvous::PostResult::kPosted;
 }
 
@@ -226,9 +225,9 @@ int Worker::run_shm_done() {
   for (; i < shm_done_.size(); ++i) {
     const ShmDone d = shm_done_[i];
     if (d.read) {
-      rndv_->on_read_completion(d.token, d.ok);
+      rndv_->on_read_completion(d.token, true);
     } else {
-      rndv_->on_write_completion(d.token, d.ok);
+      rndv_->on_write_completion(d.token, true);
     }
   }
   shm_done_.clear();
