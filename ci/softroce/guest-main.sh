@@ -41,13 +41,21 @@ fail() {
 # shellcheck source=ci/softroce/rxe-env.sh
 source "$SR/rxe-env.sh" || fail "source rxe-env.sh"
 # Written by run: SOFTROCE_{DEVICES,MTU,TIMEOUT,CWD,FAULT}, SOFTROCE_RW (dirs, exported as
-# tags rw0, rw1, ...), SOFTROCE_ENV (NAME=VALUE words), SOFTROCE_CMD.
+# tags rw0, rw1, ...), SOFTROCE_ENV (NAME=VALUE words), SOFTROCE_CMD; with --hosts 2 also
+# SOFTROCE_HOST (this guest: 1 runs CMD, 2 serves ssh), SOFTROCE_HOSTS, SOFTROCE_SSHD_ROOT and
+# SOFTROCE_LINK_TIMEOUT.
 # shellcheck source=/dev/null
 source "$R/config.sh" || fail "source config.sh"
+readonly HOSTS=${SOFTROCE_HOSTS:-1} HOST=${SOFTROCE_HOST:-1}
 
 stage rxe
-softroce_setup "$SOFTROCE_DEVICES" "$SOFTROCE_MTU" || fail "$SOFTROCE_ERR"
+if ((HOSTS > 1)); then
+  softroce_setup 1 "$SOFTROCE_MTU" "$HOST" || fail "$SOFTROCE_ERR"
+else
+  softroce_setup "$SOFTROCE_DEVICES" "$SOFTROCE_MTU" || fail "$SOFTROCE_ERR"
+fi
 softroce_test_env
+ulimit -l unlimited || fail "ulimit -l unlimited"
 
 stage paths
 # /tmp (and /run, /dev/shm) are fresh tmpfs in the guest. A host path under them that CMD needs
@@ -86,6 +94,70 @@ for ((i = 0; i < ${#SOFTROCE_RW[@]}; i++)); do
 done
 cd "$SOFTROCE_CWD" || fail "cd $SOFTROCE_CWD"
 
+# --hosts 2: names for every host, ssh keys made for this boot by run (in $R/ssh), an sshd on
+# the hosts that serve, and the client settings on all (Open MPI's launcher is plain ssh).
+if ((HOSTS > 1)); then
+  stage ssh
+  names=() ips=()
+  for ((h = 1; h <= HOSTS; h++)); do
+    names+=("rdmx-host$h") ips+=("10.99.2.$h")
+  done
+  {
+    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
+    for h in "${!names[@]}"; do printf '%s\t%s\n' "${ips[$h]}" "${names[$h]}"; done
+  } >/etc/hosts || fail "write /etc/hosts"
+  for h in "${names[@]}"; do echo "$h slots=2"; done >"$SR/hostfile" || fail "write hostfile"
+  mkdir -p "$SR/ssh" || fail "mkdir $SR/ssh"
+  install -m 0600 "$R/ssh/"* "$SR/ssh/" || fail "copy the ssh keys"
+  # The whole client config: the guest's root is an overlay, this changes nothing on the host.
+  cat >/etc/ssh/ssh_config <<EOF || fail "write /etc/ssh/ssh_config"
+Host *
+  IdentityFile $SR/ssh/id_ed25519
+  UserKnownHostsFile $SR/ssh/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+  ConnectTimeout 10
+  LogLevel ERROR
+EOF
+  if ((HOST > 1)); then
+    grep -q '^sshd:' /etc/passwd ||
+      echo 'sshd:x:101:65534::/run/sshd:/usr/sbin/nologin' >>/etc/passwd || fail "add user sshd"
+    mkdir -m 0755 /run/sshd || fail "mkdir /run/sshd"
+    cat >"$SR/ssh/sshd_config" <<EOF || fail "write sshd_config"
+ListenAddress ${ips[$((HOST - 1))]}
+HostKey $SR/ssh/host${HOST}_ed25519
+AuthorizedKeysFile $SR/ssh/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+MaxStartups 64
+PidFile /run/sshd.pid
+EOF
+    # Sessions inherit the limits of sshd (no PAM): registered memory needs ulimit -l unlimited.
+    LD_LIBRARY_PATH=$SOFTROCE_SSHD_ROOT/usr/lib/x86_64-linux-gnu \
+      "$SOFTROCE_SSHD_ROOT/usr/sbin/sshd" -f "$SR/ssh/sshd_config" -E "$SR/sshd.log" ||
+      fail "sshd did not start: $(tail -n 3 "$SR/sshd.log" 2>/dev/null)"
+    stage serve
+    # run stops this guest when the first one is done.
+    while :; do sleep 3600; done
+  fi
+  stage peers
+  for ((h = 2; h <= HOSTS; h++)); do
+    deadline=$((EPOCHSECONDS + SOFTROCE_LINK_TIMEOUT))
+    until ssh "rdmx-host$h" true 2>"$SR/ssh.err"; do
+      ((EPOCHSECONDS < deadline)) ||
+        fail "rdmx-host$h (${ips[$((h - 1))]}) did not answer ssh over the link within $SOFTROCE_LINK_TIMEOUT s: $(head -n 1 "$SR/ssh.err")"
+      sleep 1
+    done
+  done
+  SOFTROCE_TEST_ENV+=("RDMX_TEST_HOSTS=${names[*]}" "RDMX_TEST_HOST_IPS=${ips[*]}"
+    "RDMX_TEST_HOSTFILE=$SR/hostfile")
+fi
+
 stage consoles
 # The consoles are ttys: raw mode so \n is not turned into \r\n and nothing is echoed. CMD gets
 # pipes, not the ttys (isatty() would change its buffering and colours); cat relays them, and
@@ -101,7 +173,6 @@ opid=$!
 cat "$SR/err" >&4 &
 epid=$!
 
-ulimit -l unlimited || fail "ulimit -l unlimited"
 stage cmd
 softroce_run_cmd "$SOFTROCE_TIMEOUT" env -i "${SOFTROCE_ENV[@]}" "${SOFTROCE_TEST_ENV[@]}" \
   "${SOFTROCE_CMD[@]}" </dev/null >"$SR/out" 2>"$SR/err"

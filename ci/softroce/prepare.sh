@@ -12,10 +12,13 @@
 #   kernels/KVER.lock            shared flock held by every run that boots KVER (pruning skips it)
 #   initramfs/KVER-HASH.cpio     HASH covers the init scripts, the module list and busybox
 #   logs/                        console logs of failed boots (pruned after 7 days)
+#   sshd/                        dpkg -x of openssh-server and libwrap0 (--hosts 2 only: the
+#                                guests run this sshd; installing the package would start one on
+#                                the host itself)
 
 # Packages the harness itself needs on the host (the guest runs the host's binaries).
 readonly SOFTROCE_PACKAGES=(qemu-system-x86 busybox-static kmod iproute2 cpio rdma-core
-  ibverbs-utils ibverbs-providers coreutils util-linux xz-utils grep)
+  ibverbs-utils ibverbs-providers coreutils util-linux xz-utils grep openssh-client)
 
 # Loaded with insmod by init, in this order (a module before its dependencies fails with
 # "unknown symbol"). virtio_console provides the hvc consoles that carry CMD's stdout/stderr.
@@ -184,6 +187,29 @@ softroce_prepare_initramfs() {
   rm -rf "$tree"
 }
 
+# --hosts 2: Open MPI's launcher reaches the second guest over ssh. The server is unpacked, not
+# installed: the package's postinst would start an sshd on the host. Sets SOFTROCE_SSHD_ROOT (its
+# usr/sbin/sshd needs LD_LIBRARY_PATH=ROOT/usr/lib/x86_64-linux-gnu for libwrap).
+softroce_prepare_sshd() {
+  local dir=$SOFTROCE_CACHE/sshd dl p
+  SOFTROCE_SSHD_ROOT=$dir
+  [[ -e $dir/.complete ]] && return 0
+  softroce_note "unpacking openssh-server into $dir (once)"
+  rm -rf "$dir" "$dir.partial"
+  apt-cache show openssh-server libwrap0 >/dev/null 2>&1 || softroce_apt update update -q
+  dl=$(mktemp -d "$SOFTROCE_CACHE/download.XXXXXX") || softroce_die "mktemp in $SOFTROCE_CACHE"
+  (cd "$dl" && softroce_apt download-sshd download -q -o APT::Sandbox::User="$(id -un)" \
+    openssh-server libwrap0) || exit 125
+  mkdir -p "$dir.partial"
+  for p in "$dl"/*.deb; do
+    dpkg -x "$p" "$dir.partial" || softroce_die "dpkg -x $p failed"
+  done
+  rm -rf "$dl"
+  [[ -x $dir.partial/usr/sbin/sshd ]] || softroce_die "no usr/sbin/sshd in openssh-server"
+  mv "$dir.partial" "$dir" || softroce_die "cannot rename $dir.partial"
+  touch "$dir/.complete" || softroce_die "cannot finish $dir"
+}
+
 # Removes other kernels nobody is booting (their .lock is free) and stale initramfs and logs.
 softroce_prune_cache() {
   local d k fd
@@ -206,7 +232,7 @@ softroce_prune_cache() {
 }
 
 # Everything above, under the cache lock. Sets SOFTROCE_KVER, SOFTROCE_KERNEL, SOFTROCE_MODDIR,
-# SOFTROCE_INITRD.
+# SOFTROCE_INITRD, and with an argument above 1 (hosts) SOFTROCE_SSHD_ROOT.
 softroce_prepare() {
   local fd
   mkdir -p "$SOFTROCE_CACHE/kernels" "$SOFTROCE_CACHE/initramfs" "$SOFTROCE_CACHE/logs" ||
@@ -217,6 +243,7 @@ softroce_prepare() {
   softroce_resolve_kernel
   softroce_prepare_kernel
   softroce_prepare_initramfs
+  if ((${1:-1} > 1)); then softroce_prepare_sshd; fi
   # Taken before the prepare lock is released, so a concurrent prune cannot take this kernel.
   exec {SOFTROCE_KERNEL_LOCK_FD}>"$SOFTROCE_CACHE/kernels/$SOFTROCE_KVER.lock"
   flock -s "$SOFTROCE_KERNEL_LOCK_FD"

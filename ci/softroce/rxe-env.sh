@@ -11,6 +11,8 @@
 #                main namespace (rxe on a netdev in another namespace fails on 6.1: its UDP 4791
 #                socket lives in the initial namespace). accept_local=1 and rp_filter=0 or the
 #                QP never reaches RTR.
+#   --hosts 2:   host N (1 or 2) has rxe0 on eth0 10.99.2.N/24, a virtio NIC whose other end is
+#                the other guest's: RoCE packets cross a (qemu) link between two kernels.
 #   --mtu 4096:  netdev MTU 9000, so active_mtu becomes 4096 (1024 otherwise).
 
 # The GID table has 1024 entries per port and reading all of them took 36 s under TCG; the
@@ -61,18 +63,22 @@ softroce_sysctl() { # name value
   echo "$2" >"$path" 2>/dev/null || softroce_err "sysctl $1=$2 failed"
 }
 
-# softroce_setup DEVICES MTU: loads the modules, creates the netdevs and rxe devices (or reuses
-# them when a native host already has them), and fills SOFTROCE_DEVS / SOFTROCE_IPS /
-# SOFTROCE_GID_INDEX. Every process costs ~35 ms under TCG, so the netdev work is one `ip -batch`
-# and the rxe links one `rdma -b -`.
+# softroce_setup DEVICES MTU [HOST]: loads the modules, creates the netdevs and rxe devices (or
+# reuses them when a native host already has them), and fills SOFTROCE_DEVS / SOFTROCE_IPS /
+# SOFTROCE_GID_INDEX. HOST (1 or 2): the --hosts 2 layout, one device on the link's eth0. Every
+# process costs ~35 ms under TCG, so the netdev work is one `ip -batch` and the rxe links one
+# `rdma -b -`.
 softroce_setup() {
-  local ndevices=$1 mtu=$2 netmtu netdevs=() addrs=() ip_cmds=() rdma_cmds=() i n cur ready=1
+  local ndevices=$1 mtu=$2 host=${3:-} netmtu netdevs=() addrs=() ip_cmds=() rdma_cmds=() i n cur
+  local ready=1
   case $mtu in
     1024) netmtu=1500 ;;
     4096) netmtu=9000 ;;
     *) softroce_err "bad mtu $mtu" || return ;;
   esac
-  if [[ $ndevices == 1 ]]; then
+  if [[ -n $host ]]; then
+    SOFTROCE_DEVS=(rxe0) netdevs=(eth0) addrs=("10.99.2.$host/24")
+  elif [[ $ndevices == 1 ]]; then
     SOFTROCE_DEVS=(rxe0) netdevs=(dummy0) addrs=(10.99.0.1/24)
   else
     SOFTROCE_DEVS=(rxe1 rxe2) netdevs=(veth0 veth1) addrs=(10.99.1.1/24 10.99.1.2/24)
@@ -82,7 +88,11 @@ softroce_setup() {
       [[ -e /sys/class/infiniband/${SOFTROCE_DEVS[$i]} ]] || ready=0
   done
   if ((!ready)); then
-    if [[ $ndevices == 1 ]]; then
+    if [[ -n $host ]]; then
+      # eth0 appears while virtio_net probes the NIC, before modprobe returns.
+      modprobe -a virtio_net rdma_rxe ib_uverbs rdma_ucm || softroce_err "modprobe virtio_net rdma_rxe ib_uverbs rdma_ucm" || return
+      [[ -e /sys/class/net/eth0 ]] || softroce_err "no eth0 after modprobe virtio_net (the link NIC)" || return
+    elif [[ $ndevices == 1 ]]; then
       modprobe -a rdma_rxe ib_uverbs rdma_ucm dummy || softroce_err "modprobe rdma_rxe ib_uverbs rdma_ucm dummy" || return
       [[ -e /sys/class/net/dummy0 ]] || ip_cmds+=("link add dummy0 type dummy")
     else
