@@ -333,7 +333,8 @@ ibv_device_attr Worker::open_port() {
     }
   } else {
     const verbs::DeviceList list = verbs::DeviceList::get();
-    std::string skipped;
+    std::string first_why;  // the first device's reason leads the error (it was the one taken
+    std::string others;     // before devices were skipped), the others' follow
     for (ibv_device* d : list.devices()) {
       const std::string name = ibv_get_device_name(d);
       std::string why;
@@ -356,13 +357,20 @@ ibv_device_attr Worker::open_port() {
       if (config_.verbose >= 1) {
         std::fprintf(stderr, "rdmx: device %s: skipped: %s\n", name.c_str(), why.c_str());
       }
-      skipped += (skipped.empty() ? "" : "; ") + name + ": " + why;
+      if (first_why.empty()) {
+        first_why = why;
+      } else {
+        others += (others.empty() ? "" : "; ") + name + ": " + why;
+      }
     }
     if (!pick) {
       if (list.devices().empty()) {
         throw verbs::Error("ibv_get_device_list", ENODEV, "no RDMA device");
       }
-      throw SetupError{RDMX_ERR_NO_DEVICE, "no usable RDMA device (" + skipped + ")"};
+      throw SetupError{
+          RDMX_ERR_NO_DEVICE,
+          first_why +
+              (others.empty() ? "" : "; no other device is usable either (" + others + ")")};
     }
   }
   device_name_ = ctx_->name();
