@@ -77,6 +77,7 @@ AddressBytes encode_address(const WorkerAddress& a) noexcept {
   w.put<std::uint8_t>(0);
   w.put<std::uint64_t>(a.node_id);
   w.put<std::uint32_t>(a.pid);
+  w.bytes(reinterpret_cast<const std::uint8_t*>(a.device.data()), a.device.size());
   return out;
 }
 
@@ -118,6 +119,7 @@ int decode_address(const void* data, std::size_t length, WorkerAddress* out) noe
   (void)r.get<std::uint8_t>();
   a.node_id = r.get<std::uint64_t>();
   a.pid = r.get<std::uint32_t>();
+  r.bytes(reinterpret_cast<std::uint8_t*>(a.device.data()), a.device.size());
 
   const bool transport_ok = a.transport == RDMX_TRANSPORT_RC || a.transport == RDMX_TRANSPORT_UD;
   const bool qpns_ok = a.ctrl_qpn != 0 && a.ctrl_qpn < (1u << 24) &&

@@ -13,7 +13,8 @@
 //    52 | ud qpn small (32) | ud qpn large (32) | small cap (32) | large cap (32)          |
 //    68 | max inline (32) | rd atomic (8) | reserved (24)                                |
 //    76 | node id (64)                  | pid (32)                                          |
-//   88 end
+//    88 | device name (16 bytes, NUL-padded; a longer name is cut to 16 without a NUL)     |
+//   104 end
 //
 // - transport: the data transport of the worker (1 = RC, 2 = UD). Workers of one job must agree.
 // - instance: random per worker; a restarted process with the same uid gets another one, so
@@ -26,17 +27,22 @@
 // - node id, pid: where the worker runs (transport/channel/shm_segment.h: a hash of the kernel's
 //   boot id and the host name) and its process. With kCapShm, a peer of the same node id
 //   reaches it through its shared-memory segment, named after the pid and the instance.
+// - device name: the worker's RDMA device (ibv_get_device_name), only for messages: a peer that
+//   cannot reach this worker names both devices (transport/reach.h).
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace rdmx::protocol {
 
 inline constexpr std::uint32_t kAddressMagic = 0x584d4452;  // "RDMX" read as little-endian
-inline constexpr std::uint8_t kAddressVersion = 3;          // 2: rd atomic; 3: node id, pid
-inline constexpr std::size_t kAddressSize = 88;
+// 2: rd atomic; 3: node id, pid; 4: device name
+inline constexpr std::uint8_t kAddressVersion = 4;
+inline constexpr std::size_t kAddressSize = 104;
+inline constexpr std::size_t kDeviceNameBytes = 16;
 inline constexpr int kNumClasses = 2;  // size classes: 0 small, 1 large
 
 // Capability bits.
@@ -61,6 +67,23 @@ struct WorkerAddress {
   std::uint8_t rd_atomic = 0;
   std::uint64_t node_id = 0;
   std::uint32_t pid = 0;
+  std::array<char, kDeviceNameBytes> device{};  // NUL-padded; device_name() reads it
+
+  // The device name as text (at most kDeviceNameBytes characters).
+  std::string_view device_name() const noexcept {
+    std::size_t n = 0;
+    while (n < device.size() && device[n] != '\0') {
+      ++n;
+    }
+    return {device.data(), n};
+  }
+  // Stores a device name, cut to kDeviceNameBytes.
+  void set_device_name(std::string_view name) noexcept {
+    device.fill('\0');
+    for (std::size_t i = 0; i < name.size() && i < device.size(); ++i) {
+      device[i] = name[i];
+    }
+  }
 
   friend bool operator==(const WorkerAddress&, const WorkerAddress&) = default;
 };

@@ -12,7 +12,7 @@
 //   32 |        rc_psn[0]            |        rc_psn[1]          |
 //      +-----------------------------+---------------------------+
 //   40 | address: the sender's worker address blob (address.h), kAddressSize bytes
-//  128 end
+//  144 end
 //
 // - op: what the message is (connect_op). transport: the sender's (1 RC, 2 UD).
 // - rc_credits: RC, the first credit limit the sender grants the receiver.
@@ -62,7 +62,7 @@ static_assert(offsetof(ConnectBody, rc_credits) == 2 && offsetof(ConnectBody, se
 static_assert(offsetof(ConnectBody, target_uid) == 8 &&
               offsetof(ConnectBody, target_instance) == 16);
 static_assert(offsetof(ConnectBody, rc_qpn) == 24 && offsetof(ConnectBody, rc_psn) == 32);
-static_assert(offsetof(ConnectBody, address) == 40 && sizeof(ConnectBody) == 128);
+static_assert(offsetof(ConnectBody, address) == 40 && sizeof(ConnectBody) == 144);
 static_assert(kAddressSize % 8 == 0, "the body would end in padding");
 static_assert(std::is_trivially_copyable_v<ConnectBody>);
 

@@ -1,6 +1,8 @@
 // The C API (include/rdmx/rdmx.h): argument checks and translation, nothing else.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -80,6 +82,21 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
 
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker) {
   return worker == nullptr ? 0 : worker->impl->uid();
+}
+
+int rdmx_worker_check_peer(rdmx_worker_t* worker, const void* address, size_t length, char* why,
+                           size_t why_length) {
+  if (worker == nullptr || address == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  std::string text;
+  const int rc = worker->impl->check_peer(address, length, &text);
+  if (why != nullptr && why_length != 0) {
+    const std::size_t n = std::min(text.size(), why_length - 1);
+    std::memcpy(why, text.data(), n);
+    why[n] = '\0';
+  }
+  return rc;
 }
 
 int rdmx_ep_create(rdmx_worker_t* worker, const void* address, size_t length, rdmx_ep_t** ep) {

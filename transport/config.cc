@@ -255,7 +255,7 @@ bool choose_ud(const rdmx_config_t& config) noexcept {
   return config.auto_ud_peers != 0 && config.expected_peers >= config.auto_ud_peers;
 }
 
-int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
+int resolve(const rdmx_config_t& config, std::uint32_t port_mtu, Resolved* out,
             std::string* error) {
   auto fail = [&](std::string text) {
     if (error != nullptr) {
@@ -293,9 +293,44 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
   if (config.gid_index < -1) {
     return fail("gid_index " + std::to_string(config.gid_index) + " is below -1 (RDMX_GID_INDEX)");
   }
+  if (config.traffic_class < 0 || config.traffic_class > kMaxTrafficClass) {
+    return fail("traffic_class " + std::to_string(config.traffic_class) +
+                " is not in [0, 255] (RDMX_TRAFFIC_CLASS; on RoCE DSCP d is d << 2)");
+  }
+  if (config.service_level < 0 || config.service_level > kMaxServiceLevel) {
+    return fail("service_level " + std::to_string(config.service_level) +
+                " is not in [0, 15] (RDMX_SERVICE_LEVEL)");
+  }
+  if (config.pkey_index < 0 || config.pkey_index > 65535) {
+    return fail("pkey_index " + std::to_string(config.pkey_index) +
+                " is not in [0, 65535] (RDMX_PKEY_INDEX)");
+  }
+  if (config.path_mtu != 0 && config.path_mtu != 256 && config.path_mtu != 512 &&
+      config.path_mtu != 1024 && config.path_mtu != 2048 && config.path_mtu != 4096) {
+    return fail("path_mtu " + std::to_string(config.path_mtu) +
+                " is not 0 (the port's MTU) or one of 256, 512, 1024, 2048, 4096 (RDMX_PATH_MTU)");
+  }
+  if (config.rc_timeout < 0 || config.rc_timeout > kMaxRcTimeout) {
+    return fail("rc_timeout " + std::to_string(config.rc_timeout) +
+                " is not an exponent in [0, 31] (RDMX_RC_TIMEOUT; 17 = 0.5 s per try)");
+  }
+  if (config.rc_retry_cnt < 0 || config.rc_retry_cnt > kMaxRcRetryCnt) {
+    return fail("rc_retry_cnt " + std::to_string(config.rc_retry_cnt) +
+                " is not in [0, 7] (RDMX_RC_RETRY_CNT)");
+  }
 
   Resolved r;
   r.ud = choose_ud(config);
+  r.traffic_class = static_cast<std::uint8_t>(config.traffic_class);
+  r.service_level = static_cast<std::uint8_t>(config.service_level);
+  r.pkey_index = static_cast<std::uint16_t>(config.pkey_index);
+  r.rc_timeout = static_cast<std::uint8_t>(config.rc_timeout);
+  r.rc_retry_cnt = static_cast<std::uint8_t>(config.rc_retry_cnt);
+  // A cap only: a port whose MTU is below it keeps its own (the verbs refuse a larger one).
+  r.path_mtu = config.path_mtu != 0
+                   ? std::min(port_mtu, static_cast<std::uint32_t>(config.path_mtu))
+                   : port_mtu;
+  const std::uint32_t path_mtu = r.path_mtu;
   r.srq_depth = std::max(config.srq_depth, kMinSrqDepth);
   // Refill in batches of up to 32 (eRPC/UCX use 16-32), but at most a quarter of the queue so
   // that a tiny SRQ is refilled long before it runs dry.
@@ -307,7 +342,10 @@ int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out,
   const auto header = static_cast<std::uint32_t>(protocol::kHeaderSize);
   if (r.ud) {
     if (path_mtu <= header + kMinSmallBuf) {
-      return fail("path MTU " + std::to_string(path_mtu) + " is too small for UD");
+      return fail("path MTU " + std::to_string(path_mtu) +
+                  " is too small for UD, whose packets carry a " + std::to_string(header) +
+                  "-byte header and at least " + std::to_string(kMinSmallBuf) +
+                  " bytes: raise RDMX_PATH_MTU or use RDMX_TRANSPORT=rc");
     }
     // UD messages are one packet: header + payload <= path MTU.
     r.large_buf = path_mtu - header;
@@ -436,6 +474,12 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->shm_cma = 1;
   c->shm_local_peers = 0;
   c->node_id = 0;
+  c->traffic_class = 0;
+  c->service_level = 0;
+  c->pkey_index = 0;
+  c->path_mtu = 0;
+  c->rc_timeout = kDefaultRcTimeout;
+  c->rc_retry_cnt = kDefaultRcRetryCnt;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

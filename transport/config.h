@@ -54,6 +54,19 @@ inline constexpr std::uint32_t kDefaultShmRings = 256;
 inline constexpr std::uint32_t kMaxShmRings = 4096;
 // RNR retries of an RC send (rdmx_config_t.rc_rnr_retry): 7 is the verbs encoding of "for ever".
 inline constexpr std::uint32_t kRnrRetryForever = 7;
+// RC local ACK timeout exponent and transport retries (rdmx_config_t.rc_timeout, rc_retry_cnt):
+// 4.096 us x 2^17 = 0.5 s per try, 7 tries. On an incast the ACKs of a QP that keeps meeting an
+// empty SRQ can be late many times in a row, and an RC QP that gives up fails the whole
+// connection; rxe even treats 7 retries as "for ever", and the RC watchdog (no send completion
+// for peer_timeout_ms) finds dead peers. The verbs fields are 5 and 3 bits wide.
+inline constexpr int kDefaultRcTimeout = 17;
+inline constexpr int kMaxRcTimeout = 31;
+inline constexpr int kDefaultRcRetryCnt = 7;
+inline constexpr int kMaxRcRetryCnt = 7;
+// Fabric settings (rdmx_config_t.traffic_class, service_level): the GRH's 8-bit traffic class
+// and the 4-bit SL.
+inline constexpr int kMaxTrafficClass = 255;
+inline constexpr int kMaxServiceLevel = 15;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -94,6 +107,14 @@ struct Resolved {
   int rndv_read_share = 0;  // percent; -1: chosen by device type (the worker knows it); UD: 0
   std::uint32_t rc_max_rd_atomic = 1;  // before the device's limit
   std::uint8_t rc_rnr_retry = kRnrRetryForever;
+  std::uint8_t rc_timeout = kDefaultRcTimeout;
+  std::uint8_t rc_retry_cnt = kDefaultRcRetryCnt;
+  std::uint8_t traffic_class = 0;
+  std::uint8_t service_level = 0;
+  std::uint16_t pkey_index = 0;  // checked against the port's table by the worker
+  // The path MTU in bytes the worker advertises and sizes UD packets by: the port's active MTU,
+  // capped by rdmx_config_t.path_mtu.
+  std::uint32_t path_mtu = 0;
   bool ud = false;
   bool shm = false;  // node-local peers through shared memory
   bool shm_cma = false;
@@ -102,8 +123,9 @@ struct Resolved {
 };
 
 // Checks a configuration (*error says what is wrong and which variable fixes it) and derives the
-// worker's sizes. path_mtu is the port's active MTU in bytes: on UD it caps both classes.
-int resolve(const rdmx_config_t& config, std::uint32_t path_mtu, Resolved* out, std::string* error);
+// worker's sizes. port_mtu is the port's active MTU in bytes; capped by config.path_mtu it is
+// Resolved::path_mtu, which on UD caps both classes.
+int resolve(const rdmx_config_t& config, std::uint32_t port_mtu, Resolved* out, std::string* error);
 
 // RC or UD for a configuration (transport=auto: UD when expected_peers >= auto_ud_peers).
 bool choose_ud(const rdmx_config_t& config) noexcept;

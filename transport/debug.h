@@ -46,6 +46,20 @@ struct RcReadLimits {
   int max_dest_rd_atomic = 0;  // reads the peer may have in flight to us
 };
 std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint64_t peer_uid);
+// The path attributes of the RC QPs to the peer with this uid, one per size class, as the device
+// reports them (ibv_query_qp): what the fabric settings (traffic_class, service_level,
+// pkey_index, path_mtu, rc_timeout, rc_retry_cnt) became; empty when there is no RC QP to it.
+struct RcPath {
+  int traffic_class = 0;
+  int sl = 0;
+  bool is_global = false;
+  int sgid_index = 0;
+  int pkey_index = 0;
+  int path_mtu = 0;  // bytes
+  int timeout = 0;
+  int retry_cnt = 0;
+};
+std::vector<RcPath> rc_paths(const rdmx_worker_t* worker, std::uint64_t peer_uid);
 // One paragraph on stderr: queues, windows, pools and peers (for a test that timed out).
 void dump(const rdmx_worker_t* worker);
 DestroyReport last_destroy_report();

@@ -185,7 +185,7 @@ void Worker::fit_pinned_memory(std::uint32_t mtu) {
 }
 
 void Worker::bring_up_ud(verbs::QueuePair& qp) {
-  qp.to_init(verbs::UdInitAttr{.qkey = kQkey, .port_num = port_, .pkey_index = 0});
+  qp.to_init(verbs::UdInitAttr{.qkey = kQkey, .port_num = port_, .pkey_index = res_.pkey_index});
   qp.to_rtr();
   qp.to_rts(verbs::UdRtsAttr{.sq_psn = 0});
 }
@@ -195,8 +195,7 @@ void Worker::setup() {
   if (config_.verbose > verbs::log_level()) {
     verbs::set_log_level(config_.verbose);
   }
-  const ibv_device_attr dev = open_port();
-  choose_gid();
+  const ibv_device_attr dev = open_port();  // device, port, GID and partition
   size_queues(dev);
   name_worker();
   create_queues();
@@ -212,67 +211,190 @@ void Worker::setup() {
   setup_rendezvous();
 }
 
-ibv_device_attr Worker::open_port() {
-  ctx_.emplace(verbs::Context::open(device_name_));
-  device_name_ = ctx_->name();
-  const ibv_device_attr dev = ctx_->query_device().orig_attr;
-  if (config_.port == 0) {
-    port_ = ctx_->first_active_port();
-    if (port_ == 0) {
+namespace {
+
+// What a worker would use on one device: its port, GID and partition.
+struct PortPick {
+  std::uint8_t port = 0;
+  ibv_port_attr attr{};
+  std::uint8_t gid_index = 0;
+  ibv_gid gid{};
+  bool roce_v2 = false;  // the GID is a RoCE v2 entry (routed by IP)
+  std::uint16_t pkey = 0;
+};
+
+// The port, GID and P_Key entry `config` asks for on `ctx`; throws SetupError (or verbs::Error)
+// saying why the device cannot be used and which setting fixes it.
+PortPick pick_port(const verbs::Context& ctx, const ibv_device_attr& dev,
+                   const rdmx_config_t& config) {
+  const std::string name = ctx.name();
+  PortPick p;
+  if (config.port == 0) {
+    p.port = ctx.first_active_port();
+    if (p.port == 0) {
       throw SetupError{RDMX_ERR_NO_DEVICE,
-                       "no active port on " + device_name_ + ": set RDMX_DEVICE/RDMX_PORT"};
+                       "no active port on " + name + ": set RDMX_DEVICE/RDMX_PORT"};
     }
   } else {
     // Checked here: ibv_query_port's EINVAL for a missing port would read as a size problem.
     const int nports = dev.phys_port_cnt;
-    if (config_.port > nports) {
+    if (config.port > nports) {
       throw SetupError{RDMX_ERR_NO_DEVICE,
-                       device_name_ + " has no port " + std::to_string(config_.port) +
-                           " (its ports: 1.." + std::to_string(nports) +
+                       name + " has no port " + std::to_string(config.port) + " (its ports: 1.." +
+                           std::to_string(nports) +
                            "): set RDMX_PORT to one of them, or 0 for the first active port"};
     }
-    port_ = static_cast<std::uint8_t>(config_.port);
+    p.port = static_cast<std::uint8_t>(config.port);
   }
-  port_attr_ = ctx_->query_port(port_);
+  p.attr = ctx.query_port(p.port);
+  const std::string where = name + " port " + std::to_string(p.port);
+  if (p.attr.state != IBV_PORT_ACTIVE) {
+    throw SetupError{RDMX_ERR_NO_DEVICE, "port " + std::to_string(p.port) + " of " + name +
+                                             " is not active: set RDMX_DEVICE/RDMX_PORT"};
+  }
+  const bool roce = p.attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+  if (config.gid_index >= p.attr.gid_tbl_len) {
+    throw SetupError{RDMX_ERR_NO_DEVICE, "GID index " + std::to_string(config.gid_index) +
+                                             " is beyond the " +
+                                             std::to_string(p.attr.gid_tbl_len) + " GIDs of " +
+                                             where + ": set RDMX_GID_INDEX"};
+  }
+  std::uint32_t index = 0;
+  if (config.gid_index >= 0) {
+    index = static_cast<std::uint32_t>(config.gid_index);
+  } else if (roce) {
+    index = verbs::find_gid_index(ctx, p.port);  // ENOENT: no RoCE v2 IPv4 GID
+  }
+  if (index > verbs::kMaxUsableGidIndex) {
+    throw SetupError{
+        RDMX_ERR_NO_DEVICE,
+        "GID index " + std::to_string(index) + " of " + where +
+            " cannot be used: libibverbs carries the source GID index in 8 bits "
+            "(ibv_global_route.sgid_index is a uint8_t), so address handles and RC connections "
+            "reach only entries 0..255; set RDMX_GID_INDEX (mtl_rdmx_gid_index) to an entry "
+            "below 256 with the address wanted (/sys/class/infiniband/" +
+            name + "/ports/" + std::to_string(p.port) + "/gids), or -1 for the RoCE v2 IPv4 one"};
+  }
+  p.gid_index = static_cast<std::uint8_t>(index);
+  p.gid = verbs::query_gid(ctx, p.port, p.gid_index);
+  if (roce && verbs::is_zero(p.gid)) {
+    throw SetupError{RDMX_ERR_NO_DEVICE, "GID index " + std::to_string(p.gid_index) + " of " +
+                                             where + " is empty: set RDMX_GID_INDEX"};
+  }
+  if (roce) {
+    try {
+      p.roce_v2 = verbs::query_gid_type(ctx, p.port, p.gid_index) == IBV_GID_TYPE_ROCE_V2;
+    } catch (const verbs::Error&) {
+      p.roce_v2 = true;  // type unknown: look the route up anyway (reach.h)
+    }
+  }
+  // Checked here, where the table is known: a QP's INIT with an index beyond it fails with
+  // EINVAL, which would read as a queue size problem.
+  if (config.pkey_index < 0 || config.pkey_index >= p.attr.pkey_tbl_len) {
+    throw SetupError{RDMX_ERR_INVALID_PARAM,
+                     "pkey_index " + std::to_string(config.pkey_index) + " is beyond the " +
+                         std::to_string(p.attr.pkey_tbl_len) + " P_Key entries of " + where +
+                         ": set RDMX_PKEY_INDEX (mtl_rdmx_pkey_index) to an index in [0, " +
+                         std::to_string(p.attr.pkey_tbl_len - 1) +
+                         "] of a partition the port is in (ibv_devinfo -v, /sys/class/infiniband/" +
+                         name + "/ports/" + std::to_string(p.port) + "/pkeys)"};
+  }
+  p.pkey = verbs::query_pkey(ctx, p.port, static_cast<std::uint16_t>(config.pkey_index));
+  if ((p.pkey & 0x7fff) == 0) {
+    throw SetupError{RDMX_ERR_INVALID_PARAM,
+                     "pkey_index " + std::to_string(config.pkey_index) + " of " + where +
+                         " is an empty P_Key entry: set RDMX_PKEY_INDEX (mtl_rdmx_pkey_index) to "
+                         "the index of a partition the port is in (ibv_devinfo -v)"};
+  }
+  return p;
+}
+
+std::string pick_text(const PortPick& p) {
+  char s[160];
+  std::snprintf(s, sizeof(s), "port %u active (%s, mtu %u), GID[%u] %s%s, P_Key 0x%04x", p.port,
+                link_layer_name(p.attr.link_layer), mtu_bytes(p.attr.active_mtu), p.gid_index,
+                verbs::to_string(p.gid).c_str(), p.roce_v2 ? " (RoCE v2)" : "", p.pkey);
+  return s;
+}
+
+}  // namespace
+
+ibv_device_attr Worker::open_port() {
+  // Named: that device or the reason it cannot be used. Not named: the first device whose port,
+  // GID and partition can be used (the rule of RDMX_DEVICE's help), each one's verdict said at
+  // verbose >= 1 so a multi-rail host shows why a rank took the device it did.
+  std::optional<PortPick> pick;
+  if (!device_name_.empty()) {
+    ctx_.emplace(verbs::Context::open(device_name_));
+    pick = pick_port(*ctx_, ctx_->query_device().orig_attr, config_);
+    if (config_.verbose >= 1) {
+      std::fprintf(stderr, "rdmx: device %s: taken (named by RDMX_DEVICE): %s\n",
+                   device_name_.c_str(), pick_text(*pick).c_str());
+    }
+  } else {
+    const verbs::DeviceList list = verbs::DeviceList::get();
+    std::string first_why;  // the first device's reason leads the error (it was the one taken
+    std::string others;     // before devices were skipped), the others' follow
+    for (ibv_device* d : list.devices()) {
+      const std::string name = ibv_get_device_name(d);
+      std::string why;
+      try {
+        verbs::Context ctx = verbs::Context::open(name);
+        pick = pick_port(ctx, ctx.query_device().orig_attr, config_);
+        ctx_.emplace(std::move(ctx));
+      } catch (const SetupError& e) {
+        why = e.message;
+      } catch (const verbs::Error& e) {
+        why = e.what();
+      }
+      if (pick) {
+        if (config_.verbose >= 1) {
+          std::fprintf(stderr, "rdmx: device %s: taken: %s\n", name.c_str(),
+                       pick_text(*pick).c_str());
+        }
+        break;
+      }
+      if (config_.verbose >= 1) {
+        std::fprintf(stderr, "rdmx: device %s: skipped: %s\n", name.c_str(), why.c_str());
+      }
+      if (first_why.empty()) {
+        first_why = why;
+      } else {
+        others += (others.empty() ? "" : "; ") + name + ": " + why;
+      }
+    }
+    if (!pick) {
+      if (list.devices().empty()) {
+        throw verbs::Error("ibv_get_device_list", ENODEV, "no RDMA device");
+      }
+      throw SetupError{
+          RDMX_ERR_NO_DEVICE,
+          first_why +
+              (others.empty() ? "" : "; no other device is usable either (" + others + ")")};
+    }
+  }
+  device_name_ = ctx_->name();
+  const ibv_device_attr dev = ctx_->query_device().orig_attr;
+  port_ = pick->port;
+  port_attr_ = pick->attr;
+  gid_index_ = pick->gid_index;
+  gid_ = pick->gid;
+  gid_roce_v2_ = pick->roce_v2;
+  pkey_ = pick->pkey;
   // The vendor ids the kernel's software drivers report (rxe_param.h, siw.h).
   constexpr std::uint32_t kRxeVendorId = 0xffffff;
   constexpr std::uint32_t kSiwVendorId = 0x626d74;
   software_device_ = dev.vendor_id == kRxeVendorId || dev.vendor_id == kSiwVendorId;
-  if (port_attr_.state != IBV_PORT_ACTIVE) {
-    throw SetupError{RDMX_ERR_NO_DEVICE, "port " + std::to_string(port_) + " of " + device_name_ +
-                                             " is not active: set RDMX_DEVICE/RDMX_PORT"};
-  }
   return dev;
-}
-
-void Worker::choose_gid() {
-  if (config_.gid_index >= port_attr_.gid_tbl_len) {
-    throw SetupError{RDMX_ERR_NO_DEVICE,
-                     "GID index " + std::to_string(config_.gid_index) + " is beyond the " +
-                         std::to_string(port_attr_.gid_tbl_len) + " GIDs of " + device_name_ +
-                         " port " + std::to_string(port_) + ": set RDMX_GID_INDEX"};
-  }
-  if (config_.gid_index >= 0) {
-    gid_index_ = static_cast<std::uint32_t>(config_.gid_index);
-  } else if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET) {
-    gid_index_ = verbs::find_gid_index(*ctx_, port_);  // ENOENT: no RoCE v2 IPv4 GID
-  } else {
-    gid_index_ = 0;
-  }
-  gid_ = verbs::query_gid(*ctx_, port_, gid_index_);
-  if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET && verbs::is_zero(gid_)) {
-    throw SetupError{RDMX_ERR_NO_DEVICE, "GID index " + std::to_string(gid_index_) + " of " +
-                                             device_name_ + " port " + std::to_string(port_) +
-                                             " is empty: set RDMX_GID_INDEX"};
-  }
 }
 
 void Worker::size_queues(const ibv_device_attr& dev) {
   std::string why;
-  if (resolve(config_, mtu_bytes(port_attr_.active_mtu), &res_, &why) != RDMX_OK) {
+  const std::uint32_t port_mtu = mtu_bytes(port_attr_.active_mtu);
+  if (resolve(config_, port_mtu, &res_, &why) != RDMX_OK) {
     throw SetupError{RDMX_ERR_INVALID_PARAM, why};
   }
-  fit_pinned_memory(mtu_bytes(port_attr_.active_mtu));
+  fit_pinned_memory(port_mtu);
   ud_mode_ = res_.ud;
   choose_channel();
   rd_atomic_ =
@@ -315,11 +437,13 @@ void Worker::name_worker() {
 
   if (config_.verbose >= 1) {
     std::fprintf(stderr,
-                 "rdmx: %s port %u (%s, mtu %u) gid[%u] %s, transport %s (%u expected peers, "
+                 "rdmx: %s port %u (%s, mtu %u of the port's %u) gid[%u] %s, traffic class %u "
+                 "sl %u pkey[%u] 0x%04x, transport %s (%u expected peers, "
                  "UD from %u), classes %u/%u B, srq depth %u watermark %u batch %u, eager limit "
                  "%zu, uid %016llx\n",
-                 device_name_.c_str(), port_, link_layer_name(port_attr_.link_layer),
+                 device_name_.c_str(), port_, link_layer_name(port_attr_.link_layer), res_.path_mtu,
                  mtu_bytes(port_attr_.active_mtu), gid_index_, verbs::to_string(gid_).c_str(),
+                 res_.traffic_class, res_.service_level, res_.pkey_index, pkey_,
                  ud_mode_ ? "ud" : "rc", config_.expected_peers, config_.auto_ud_peers,
                  res_.small_buf, res_.large_buf, res_.srq_depth, res_.low_watermark,
                  res_.refill_batch, res_.eager_limit, static_cast<unsigned long long>(uid_));
@@ -422,7 +546,7 @@ WorkerAddress Worker::local_address() const {
   std::memcpy(a.gid.data(), gid_.raw, 16);
   a.lid = port_attr_.lid;
   a.link_layer = port_attr_.link_layer;
-  a.mtu = mtu_bytes(port_attr_.active_mtu);
+  a.mtu = res_.path_mtu;  // the port's, capped by path_mtu
   a.ctrl_qpn = ctrl_qp_->qp_num();
   if (ud_mode_) {
     a.ud_qpn = {ud_qp_[0]->qp_num(), ud_qp_[1]->qp_num()};
@@ -434,6 +558,7 @@ WorkerAddress Worker::local_address() const {
     a.node_id = node_id_;
     a.pid = static_cast<std::uint32_t>(getpid());
   }
+  a.set_device_name(device_name_);
   return a;
 }
 

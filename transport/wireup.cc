@@ -24,12 +24,15 @@
 // mode the same exchange only trades endpoint indices (the UD QPNs are in the blob); the data QPs
 // then carry everything. A worker that is destroyed sends kDisconnect (best effort) so its peers
 // fail its sends at once instead of after peer_timeout_ms.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
 
 #include "transport/channel/shm_channel.h"
+#include "transport/reach.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 
@@ -99,10 +102,12 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
                  ud_mode_ ? "ud" : "rc");
     return RDMX_ERR_UNSUPPORTED;
   }
-  verbs::AhAttr attr{.sgid_index = static_cast<std::uint8_t>(gid_index_)};
-  std::memcpy(attr.dgid.raw, a.gid.data(), 16);
+  verbs::AhAttr attr{.sgid_index = gid_index_};
+  attr.dgid = grh_dgid(a);
   attr.port_num = port_;
   attr.dlid = a.lid;
+  attr.traffic_class = res_.traffic_class;
+  attr.sl = res_.service_level;
   try {
     peer.ah = std::make_unique<verbs::AddressHandle>(verbs::AddressHandle::create(*pd_, attr));
   } catch (const verbs::Error& e) {
@@ -121,7 +126,7 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   peer.address = a;
   peer.have_address = true;
   peer.remote_instance = a.instance;
-  const std::uint32_t mtu = std::min(a.mtu, 128u << static_cast<unsigned>(port_attr_.active_mtu));
+  const std::uint32_t mtu = std::min(a.mtu, res_.path_mtu);
   peer.path_mtu = mtu_enum(mtu);
   // A batch fills one packet at most (past the MTU rxe's cost is per packet again), in
   // whichever of the peer's classes takes it: on UD the large class is exactly one packet.
@@ -163,6 +168,44 @@ int Worker::set_address(Peer& peer, const WorkerAddress& a) {
   return RDMX_OK;
 }
 
+ibv_gid Worker::grh_dgid(const WorkerAddress& a) const noexcept {
+  ibv_gid g{};
+  if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET) {
+    std::memcpy(g.raw, a.gid.data(), 16);  // RoCE: every packet has a GRH (or IP header)
+  }
+  return g;
+}
+
+int Worker::check_reach(const WorkerAddress& a, std::string* why) const {
+  if (wants_shm(a)) {
+    return RDMX_OK;  // node-local: through shared memory, not the fabric
+  }
+  WorkerAddress ours = local_address();
+  const ReachVerdict v = classify_reach(ours, a, gid_roce_v2_, &kernel_route, nullptr);
+  if (v.reach == Reach::kOk) {
+    if (!v.note.empty() && config_.verbose >= 1) {
+      std::fprintf(stderr, "rdmx: %016llx: peer %016llx: %s\n",
+                   static_cast<unsigned long long>(uid_), static_cast<unsigned long long>(a.uid),
+                   v.note.c_str());
+    }
+    return RDMX_OK;
+  }
+  char host[256] = {};
+  (void)gethostname(host, sizeof(host) - 1);
+  *why = "from host " + std::string(host) + ": " + v.why;
+  return RDMX_ERR_UNREACHABLE;
+}
+
+int Worker::check_peer(const void* address, std::size_t length, std::string* why) const {
+  WorkerAddress a;
+  if (const int rc = decode_address(address, length, &a); rc != RDMX_OK) {
+    *why = "the address blob is malformed or of another rdmx version (" + std::to_string(length) +
+           " bytes; this one's are " + std::to_string(kAddressSize) + ")";
+    return rc;
+  }
+  return check_reach(a, why);
+}
+
 void Worker::create_rc_qps(Peer& peer) {
   std::random_device rd;
   for (int c = 0; c < kNumClasses; ++c) {
@@ -181,7 +224,7 @@ void Worker::create_rc_qps(Peer& peer) {
     // writes must be accepted by the responder; REMOTE_READ: the receiver's read share.
     qp->to_init(verbs::RcInitAttr{
         .port_num = port_,
-        .pkey_index = 0,
+        .pkey_index = res_.pkey_index,
         .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ});
     peer.rc.psn[c] = rd() & 0xffffff;
     peer.rc.sq[c] = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery, kRcSendReserve);
@@ -191,7 +234,7 @@ void Worker::create_rc_qps(Peer& peer) {
 
 void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_t* psn) {
   verbs::RemoteQp remote;
-  std::memcpy(remote.gid.raw, peer.address.gid.data(), 16);
+  remote.gid = grh_dgid(peer.address);
   remote.lid = peer.address.lid;
   for (int c = 0; c < kNumClasses; ++c) {
     remote.qpn = qpn[c];
@@ -199,20 +242,23 @@ void Worker::connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_
     // min_rnr_timer 1 (0.01 ms): an empty SRQ costs senders a short wait, not 655 ms (0).
     peer.rc.qp[c]->to_rtr(verbs::RcRtrAttr{.remote = remote,
                                            .path_mtu = peer.path_mtu,
-                                           .sgid_index = static_cast<std::uint8_t>(gid_index_),
+                                           .sgid_index = gid_index_,
                                            .min_rnr_timer = 1,
                                            .max_dest_rd_atomic = rd_atomic_,
-                                           .port_num = port_});
-    // timeout 17 (0.5 s per try) and retry_cnt 7: on an incast the ACKs of a QP that keeps
-    // meeting an empty SRQ can be late many times in a row, and an RC QP that gives up fails
-    // the whole connection. rxe even treats retry_cnt 7 as "for ever"; the RC watchdog (no
-    // send completion for peer_timeout_ms) then finds dead peers.
+                                           .port_num = port_,
+                                           .traffic_class = res_.traffic_class,
+                                           .sl = res_.service_level});
+    // timeout and retry_cnt: rc_timeout, by default 17 (0.5 s per try), and rc_retry_cnt, by
+    // default 7: on an incast the ACKs of a QP that keeps meeting an empty SRQ can be late many
+    // times in a row, and an RC QP that gives up fails the whole connection. rxe even treats
+    // retry_cnt 7 as "for ever"; the RC watchdog (no send completion for peer_timeout_ms) then
+    // finds dead peers.
     // rnr_retry: rc_rnr_retry, by default 7, for ever: credits keep the peer's SRQ from running
     // dry, but a refill can lag (an RNR NAK then costs a wait, not the connection).
     peer.rc.qp[c]->to_rts(
         verbs::RcRtsAttr{.sq_psn = peer.rc.psn[c],
-                         .timeout = 17,
-                         .retry_cnt = 7,
+                         .timeout = res_.rc_timeout,
+                         .retry_cnt = res_.rc_retry_cnt,
                          // no more reads in flight than the peer takes
                          .max_rd_atomic = std::min(rd_atomic_, peer.address.rd_atomic),
                          .rnr_retry = res_.rc_rnr_retry});
@@ -532,6 +578,13 @@ int Worker::ep_create(const void* address, std::size_t length, rdmx_ep** ep) {
       return RDMX_ERR_UNREACHABLE;
     }
     if (!p->have_address) {
+      // Checked here, not in set_address: an implicit endpoint's peer has reached us already,
+      // and a refusal there would be printed again at each of its retransmitted requests.
+      if (std::string why; check_reach(a, &why) != RDMX_OK) {
+        std::fprintf(stderr, "rdmx: rdmx_ep_create: cannot reach peer %016llx %s\n",
+                     static_cast<unsigned long long>(a.uid), why.c_str());
+        return RDMX_ERR_UNREACHABLE;
+      }
       if (const int rc = set_address(*p, a); rc != RDMX_OK) {
         return rc;
       }

@@ -229,7 +229,47 @@ std::vector<debug::RcReadLimits> Worker::rc_read_limits(std::uint64_t peer_uid) 
   return out;
 }
 
+std::vector<debug::RcPath> Worker::rc_paths(std::uint64_t peer_uid) const {
+  std::vector<debug::RcPath> out;
+  const Peer* p = nullptr;
+  for (const auto& q : peers_) {
+    if (q->uid == peer_uid) {
+      p = q.get();
+    }
+  }
+  if (p == nullptr) {
+    return out;
+  }
+  // UD mode: the peer's rendezvous write QP, if it has one.
+  std::vector<const verbs::QueuePair*> qps;
+  for (const auto& qp : p->rc.qp) {
+    if (qp) {
+      qps.push_back(qp.get());
+    }
+  }
+  if (p->ud.write_qp) {
+    qps.push_back(p->ud.write_qp.get());
+  }
+  for (const verbs::QueuePair* qp : qps) {
+    const ibv_qp_attr a = qp->query(IBV_QP_AV | IBV_QP_PKEY_INDEX | IBV_QP_PATH_MTU |
+                                    IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT);
+    out.push_back({.traffic_class = a.ah_attr.grh.traffic_class,
+                   .sl = a.ah_attr.sl,
+                   .is_global = a.ah_attr.is_global != 0,
+                   .sgid_index = a.ah_attr.grh.sgid_index,
+                   .pkey_index = a.pkey_index,
+                   .path_mtu = 128 << static_cast<int>(a.path_mtu),
+                   .timeout = a.timeout,
+                   .retry_cnt = a.retry_cnt});
+  }
+  return out;
+}
+
 namespace debug {
+
+std::vector<RcPath> rc_paths(const rdmx_worker_t* worker, std::uint64_t peer_uid) {
+  return worker->impl->rc_paths(peer_uid);
+}
 
 void dump(const rdmx_worker_t* worker) {
   worker->impl->dump();

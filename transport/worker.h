@@ -174,6 +174,8 @@ class Worker {
   std::size_t address_length() const noexcept { return address_bytes_.size(); }
 
   int ep_create(const void* address, std::size_t length, rdmx_ep** ep);
+  // rdmx_worker_check_peer: decodes the blob, then check_reach.
+  int check_peer(const void* address, std::size_t length, std::string* why) const;
   void ep_destroy(Peer& peer);
 
   int tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
@@ -197,6 +199,7 @@ class Worker {
   WrAccount wqp_account() const;
   void dump() const;
   std::vector<debug::RcReadLimits> rc_read_limits(std::uint64_t peer_uid) const;
+  std::vector<debug::RcPath> rc_paths(std::uint64_t peer_uid) const;
   void hold_refills_for_test(bool hold) noexcept;
   std::uint32_t srq_posted(int size_class) const noexcept { return pools_[size_class]->posted(); }
   bool inject_async_event(ibv_event_type type, debug::EventOn on, std::uint64_t peer_uid);
@@ -224,8 +227,7 @@ class Worker {
   void fit_pinned_memory(std::uint32_t mtu);
   void bring_up_ud(verbs::QueuePair& qp);  // RESET -> INIT -> RTR -> RTS
   // setup()'s steps, in order (setup.cc); each throws SetupError or verbs::Error.
-  ibv_device_attr open_port();
-  void choose_gid();
+  ibv_device_attr open_port();  // the device, its port, GID and P_Key entry
   void size_queues(const ibv_device_attr& dev);
   void name_worker();    // uid, instance; the verbose line
   void create_queues();  // event channel, PD, CQs, receive pools
@@ -251,6 +253,12 @@ class Worker {
   Peer* find_peer(std::uint64_t uid) noexcept;
   Peer& add_peer(std::uint64_t uid);
   int set_address(Peer& peer, const WorkerAddress& address);
+  // Whether a peer can be reached (reach.h): RDMX_OK or RDMX_ERR_UNREACHABLE with *why naming
+  // both hosts' devices and GIDs. Node-local shared-memory peers always pass.
+  int check_reach(const WorkerAddress& address, std::string* why) const;
+  // The peer's GID for a GRH: on InfiniBand none (zero: LID-routed, within the subnet
+  // check_reach requires), on RoCE its GID.
+  ibv_gid grh_dgid(const WorkerAddress& address) const noexcept;
   void create_rc_qps(Peer& peer);
   void connect_rc(Peer& peer, const std::uint32_t* qpn, const std::uint32_t* psn);
   void set_state(Peer& peer, PeerState to);
@@ -499,8 +507,12 @@ class Worker {
   std::uint64_t uid_ = 0;
   std::uint64_t instance_ = 0;
   std::uint8_t port_ = 1;
-  std::uint32_t gid_index_ = 0;
+  // At most verbs::kMaxUsableGidIndex, checked once in open_port: what every address handle and
+  // RC connection carries as its source GID index.
+  std::uint8_t gid_index_ = 0;
   ibv_gid gid_{};
+  bool gid_roce_v2_ = false;  // RoCE v2 GID: routed by IP, so the kernel's route is checked
+  std::uint16_t pkey_ = 0;    // the P_Key at res_.pkey_index (for the verbose line)
   ibv_port_attr port_attr_{};
   std::uint32_t max_inline_ = 0;
   // RDMA reads this worker's RC QPs take in flight as responder (max_dest_rd_atomic), and

@@ -1,5 +1,7 @@
 #include "verbs/context.h"
 
+#include <endian.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -153,6 +155,13 @@ ibv_gid query_gid(const Context& ctx, std::uint8_t port_num, std::uint32_t index
   return gid;
 }
 
+std::uint16_t query_pkey(const Context& ctx, std::uint8_t port_num, std::uint16_t index) {
+  __be16 pkey = 0;
+  check_rc(ibv_query_pkey(ctx.get(), port_num, index, &pkey), "ibv_query_pkey",
+           ctx.name() + " port " + std::to_string(port_num) + " index " + std::to_string(index));
+  return be16toh(pkey);
+}
+
 namespace {
 
 // sysfs gid_attrs/types/N reads "IB/RoCE v1", "RoCE v2" or fails (EINVAL) for an empty entry.
@@ -194,8 +203,9 @@ std::uint32_t find_gid_index(const Context& ctx, std::uint8_t port_num) {
   if (port.link_layer != IBV_LINK_LAYER_ETHERNET) {
     return 0;  // InfiniBand: the port GID (subnet prefix + GUID) sits at index 0.
   }
-  const std::uint32_t n =
-      std::min<std::uint32_t>(kGidScanLimit, static_cast<std::uint32_t>(port.gid_tbl_len));
+  // Only indices an address handle can carry (ibv_global_route.sgid_index is 8 bits).
+  const std::uint32_t n = std::min(
+      {kGidScanLimit, static_cast<std::uint32_t>(port.gid_tbl_len), kMaxUsableGidIndex + 1});
   for (std::uint32_t i = 0; i < n; ++i) {
     ibv_gid_entry entry{};
     const int e = verb_errno(ibv_query_gid_ex(ctx.get(), port_num, i, &entry, 0));

@@ -64,6 +64,11 @@ class Context {
 // Only the first entries of the GID table are examined: the addresses that matter are at the
 // front, and on rxe every sysfs GID read is slow (all 1024 entries took 36 s under emulation).
 inline constexpr std::uint32_t kGidScanLimit = 16;
+// The largest GID index libibverbs can put on the wire: ibv_global_route.sgid_index (in
+// ibv_ah_attr, for ibv_create_ah and ibv_modify_qp) is a uint8_t, so an entry above 255 of a
+// larger table (rxe has 1024) cannot be the source of an address handle or an RC connection.
+inline constexpr std::uint32_t kMaxUsableGidIndex = 255;
+static_assert(kGidScanLimit <= kMaxUsableGidIndex + 1);
 
 // The GID index to use on a port: 0 on an InfiniBand link layer; on Ethernet (RoCE) the first
 // RoCE v2 entry holding an IPv4-mapped address (::ffff:a.b.c.d), which routes over UDP/IPv4.
@@ -72,6 +77,10 @@ std::uint32_t find_gid_index(const Context& ctx, std::uint8_t port_num);
 
 // The GID at an index (ibv_query_gid).
 ibv_gid query_gid(const Context& ctx, std::uint8_t port_num, std::uint32_t index);
+
+// The P_Key at an index of the port's table (ibv_query_pkey), in host byte order; 0 (or 0x8000)
+// marks an empty entry.
+std::uint16_t query_pkey(const Context& ctx, std::uint8_t port_num, std::uint16_t index);
 
 // The GID type of an entry (ibv_query_gid_ex, falling back to sysfs gid_attrs/types when the
 // kernel cannot answer the ioctl). Throws Error(ENODATA) for an empty entry.

@@ -130,6 +130,20 @@ typedef struct rdmx_config {
                                  crash leaves nothing in /dev/shm. 0: removed at destroy */
   uint64_t node_id;           /* RDMX_NODE_ID: 0 (default) from the kernel's boot id and the host
                                  name; tests give ranks different ones to mix channels */
+  /* Fabric settings: what a RoCE or InfiniBand cluster may require of every connection (checked
+   * at rdmx_worker_create, where the port is known). */
+  int traffic_class;          /* RDMX_TRAFFIC_CLASS: 0..255 (default 0), the GRH traffic class of
+                                 every address handle and RC connection; on RoCE its upper 6
+                                 bits are the DSCP (DSCP 26 = 104) */
+  int service_level;          /* RDMX_SERVICE_LEVEL: 0..15 (default 0), the SL of every address
+                                 handle and RC connection */
+  int pkey_index;             /* RDMX_PKEY_INDEX: index (default 0) in the port's P_Key table of
+                                 every QP's partition */
+  int path_mtu;               /* RDMX_PATH_MTU: 0 (default) the port's active MTU, else a cap:
+                                 256, 512, 1024, 2048 or 4096 */
+  int rc_timeout;             /* RDMX_RC_TIMEOUT: RC local ACK timeout exponent, 0..31 (default
+                                 17: 4.096 us x 2^17 = 0.5 s per try; 0 waits for ever) */
+  int rc_retry_cnt;           /* RDMX_RC_RETRY_CNT: RC transport retries, 0..7 (default 7) */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);
@@ -184,7 +198,20 @@ int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_ga
 void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us);
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);
 
-/* Connects to a peer. May return before the connection is fully set up; sends queue behind it. */
+/* Whether this worker can reach the worker of `address`, checked without sending anything and
+ * without creating an endpoint: both ports on the same kind of fabric (InfiniBand or Ethernet);
+ * on RoCE GIDs of one family (IPv4-mapped or IPv6) and a kernel route from this worker's GID
+ * address to the peer's; on InfiniBand the same subnet (rdmx routes by LID, without a GRH).
+ * Node-local peers reached through shared memory always pass. RDMX_OK; RDMX_ERR_UNREACHABLE
+ * with the reason, naming both devices and GIDs, in `why` (NUL-terminated, truncated to
+ * why_length bytes; may be NULL); RDMX_ERR_BAD_ADDRESS. rdmx_ep_create makes the same check
+ * and prints the reason on stderr. */
+int rdmx_worker_check_peer(rdmx_worker_t* worker, const void* address, size_t length, char* why,
+                           size_t why_length);
+
+/* Connects to a peer: refused with RDMX_ERR_UNREACHABLE (and one line on stderr) when
+ * rdmx_worker_check_peer would refuse it; else starts the connection handshake at once (RC: its
+ * QPs are created). May return before the connection is fully set up; sends queue behind it. */
 int rdmx_ep_create(rdmx_worker_t* worker, const void* address, size_t length, rdmx_ep_t** ep);
 /* Fails the endpoint's pending sends with RDMX_ERR_UNREACHABLE and releases it. A later send to
  * it is a use after free; sends from the peer are still received by the worker. */

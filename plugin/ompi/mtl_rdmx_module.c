@@ -18,6 +18,7 @@
 #include "opal/mca/pmix/pmix.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
+#include "opal/util/proc.h"
 
 mca_mtl_rdmx_module_t ompi_mtl_rdmx = {
     .super =
@@ -84,6 +85,7 @@ int ompi_mtl_rdmx_add_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
     mca_mtl_rdmx_endpoint_t* e;
     void* address = NULL;
     size_t length = 0;
+    char why[640];
     int rc;
     if (NULL != procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]) {
       continue; /* known already */
@@ -95,6 +97,21 @@ int ompi_mtl_rdmx_add_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
                   "mtl rdmx: no rdmx address from process %s (modex error %d): every process "
                   "of the job must run the rdmx MTL (--mca pml cm --mca mtl rdmx).",
                   OPAL_NAME_PRINT(procs[i]->super.proc_name), rc);
+      free(address);
+      return OMPI_ERR_UNREACH;
+    }
+    /* Reachability, for every process and without traffic: a peer this process cannot reach
+     * fails add_procs (MPI_Init, or the first message to a process added later) with rdmx's
+     * reason, instead of a connection that times out. The endpoint itself is still made at the
+     * first message (ompi_mtl_rdmx_get_ep): rdmx_ep_create starts the connection handshake at
+     * once (a message, and RC QPs), which a process that never talks to a peer should not pay. */
+    rc = rdmx_worker_check_peer(ompi_mtl_rdmx.worker, address, length, why, sizeof(why));
+    if (RDMX_OK != rc) {
+      const char* host = opal_get_proc_hostname(&procs[i]->super);
+      opal_output(0, "mtl rdmx: process %s on host %s cannot reach process %s on host %s: %s",
+                  OPAL_NAME_PRINT(OPAL_PROC_MY_NAME),
+                  NULL != OPAL_PROC_MY_HOSTNAME ? OPAL_PROC_MY_HOSTNAME : "?",
+                  OPAL_NAME_PRINT(procs[i]->super.proc_name), NULL != host ? host : "?", why);
       free(address);
       return OMPI_ERR_UNREACH;
     }

@@ -89,6 +89,7 @@ WorkerAddress address(std::uint8_t transport) {
   a.class_capacity = {256, 8192};
   a.max_inline = 256;
   a.rd_atomic = 16;
+  a.set_device_name("rxe0");
   return a;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "protocol/address.h"
+#include "protocol/wire.h"
 #include "rdmx/rdmx.h"
 #include "transport/channel/order_guard.h"
 #include "transport/config.h"
@@ -308,6 +309,94 @@ TEST(Config, ReadsInFlightWithinRange) {
   }
 }
 
+TEST(Config, FabricSettingsParseWithinTheirRanges) {
+  rdmx_config_t c = defaults();
+  EXPECT_EQ(c.traffic_class, 0);
+  EXPECT_EQ(c.service_level, 0);
+  EXPECT_EQ(c.pkey_index, 0);
+  EXPECT_EQ(c.path_mtu, 0);
+  EXPECT_EQ(c.rc_timeout, 17);
+  EXPECT_EQ(c.rc_retry_cnt, 7);
+  Env env{{"RDMX_TRAFFIC_CLASS", "104"}, {"RDMX_SERVICE_LEVEL", "3"}, {"RDMX_PKEY_INDEX", "2"},
+          {"RDMX_PATH_MTU", "512"},      {"RDMX_RC_TIMEOUT", "14"},   {"RDMX_RC_RETRY_CNT", "5"},
+          {"RDMX_UD_RTO_US", "5000"}};
+  std::string err;
+  ASSERT_EQ(apply_env(&c, lookup, &env, &err), RDMX_OK) << err;
+  EXPECT_EQ(c.traffic_class, 104);
+  EXPECT_EQ(c.service_level, 3);
+  EXPECT_EQ(c.pkey_index, 2);
+  EXPECT_EQ(c.path_mtu, 512);
+  EXPECT_EQ(c.rc_timeout, 14);
+  EXPECT_EQ(c.rc_retry_cnt, 5);
+  EXPECT_EQ(c.ud_rto_us, 5000u);
+  Resolved r;
+  ASSERT_EQ(resolve(c, 1024, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.traffic_class, 104);
+  EXPECT_EQ(r.service_level, 3);
+  EXPECT_EQ(r.pkey_index, 2);
+  EXPECT_EQ(r.rc_timeout, 14);
+  EXPECT_EQ(r.rc_retry_cnt, 5);
+
+  // Out of range in the environment: refused, naming the variable, the field keeps its value.
+  const std::pair<const char*, const char*> bad[] = {
+      {"RDMX_TRAFFIC_CLASS", "256"}, {"RDMX_SERVICE_LEVEL", "16"}, {"RDMX_PKEY_INDEX", "-1"},
+      {"RDMX_RC_TIMEOUT", "32"},     {"RDMX_RC_RETRY_CNT", "8"},   {"RDMX_PATH_MTU", "8192"}};
+  for (const auto& [name, value] : bad) {
+    rdmx_config_t d = defaults();
+    Env one{{name, value}};
+    err.clear();
+    EXPECT_EQ(apply_env(&d, lookup, &one, &err), RDMX_ERR_INVALID_PARAM) << name;
+    EXPECT_NE(err.find(name), std::string::npos) << err;
+  }
+}
+
+TEST(Config, FabricSettingsRejectedByResolveNameTheSetting) {
+  // What a C caller sets directly (no environment parsing) is checked by resolve.
+  struct Case {
+    void (*set)(rdmx_config_t&);
+    const char* names;
+  };
+  const Case cases[] = {
+      {[](rdmx_config_t& c) { c.traffic_class = 300; }, "RDMX_TRAFFIC_CLASS"},
+      {[](rdmx_config_t& c) { c.traffic_class = -1; }, "RDMX_TRAFFIC_CLASS"},
+      {[](rdmx_config_t& c) { c.service_level = 16; }, "RDMX_SERVICE_LEVEL"},
+      {[](rdmx_config_t& c) { c.pkey_index = -2; }, "RDMX_PKEY_INDEX"},
+      {[](rdmx_config_t& c) { c.path_mtu = 1500; }, "RDMX_PATH_MTU"},
+      {[](rdmx_config_t& c) { c.rc_timeout = 32; }, "RDMX_RC_TIMEOUT"},
+      {[](rdmx_config_t& c) { c.rc_retry_cnt = 8; }, "RDMX_RC_RETRY_CNT"},
+  };
+  for (const Case& k : cases) {
+    rdmx_config_t c = defaults();
+    k.set(c);
+    Resolved r;
+    std::string err;
+    EXPECT_EQ(resolve(c, 1024, &r, &err), RDMX_ERR_INVALID_PARAM) << k.names;
+    EXPECT_NE(err.find(k.names), std::string::npos) << err;
+  }
+}
+
+TEST(Config, PathMtuCapsThePortsMtuAndTheUdClasses) {
+  rdmx_config_t c = defaults();
+  Resolved r;
+  std::string err;
+  ASSERT_EQ(resolve(c, 4096, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.path_mtu, 4096u);  // 0: the port's
+  c.path_mtu = 1024;
+  ASSERT_EQ(resolve(c, 4096, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.path_mtu, 1024u);
+  ASSERT_EQ(resolve(c, 512, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.path_mtu, 512u);  // a cap only: a smaller port MTU stays
+  c.path_mtu = 512;
+  c.transport = RDMX_TRANSPORT_UD;
+  ASSERT_EQ(resolve(c, 4096, &r, &err), RDMX_OK) << err;
+  EXPECT_EQ(r.path_mtu, 512u);
+  EXPECT_EQ(r.large_buf, 512u - protocol::kHeaderSize);  // one packet at the capped MTU
+  EXPECT_LE(r.small_buf, r.large_buf / 2);
+  EXPECT_LE(r.eager_limit, r.large_buf);
+  c.path_mtu = 256;  // header + the smallest class still fit
+  EXPECT_EQ(resolve(c, 4096, &r, &err), RDMX_OK) << err;
+}
+
 TEST(Config, DerivedUidsDiffer) {
   const std::uint64_t a = derive_uid("node1", 100, 0);
   EXPECT_NE(a, derive_uid("node1", 100, 1));
@@ -335,6 +424,10 @@ WorkerAddress sample_address() {
   a.class_capacity = {496, 992};
   a.max_inline = 512;
   a.rd_atomic = 16;
+  a.caps |= protocol::kCapShm;
+  a.node_id = 0x1112131415161718ull;
+  a.pid = 4242;
+  a.set_device_name("mlx5_bond_0");
   return a;
 }
 
@@ -351,6 +444,30 @@ TEST(Address, RoundTrips) {
   EXPECT_EQ(bytes[8], 0x08);   // uid, low byte first
   EXPECT_EQ(bytes[48], 0x11);  // ctrl qpn
   EXPECT_EQ(bytes[72], 16);    // rd atomic
+  EXPECT_EQ(bytes[76], 0x18);  // node id, low byte first
+  EXPECT_EQ(bytes[84], 4242 & 0xff);
+  EXPECT_EQ(std::memcmp(bytes.data() + 88, "mlx5_bond_0\0\0\0\0\0", 16), 0);  // NUL-padded
+  EXPECT_EQ(b.device_name(), "mlx5_bond_0");
+}
+
+TEST(Address, Version4CarriesTheDeviceNameCutTo16Bytes) {
+  EXPECT_EQ(kAddressVersion, 4);
+  EXPECT_EQ(kAddressSize, 104u);
+  WorkerAddress a = sample_address();
+  a.set_device_name("a_device_name_longer_than_16");
+  const AddressBytes bytes = encode_address(a);
+  WorkerAddress b;
+  ASSERT_EQ(decode_address(bytes.data(), bytes.size(), &b), RDMX_OK);
+  EXPECT_EQ(b.device_name(), "a_device_name_lo");  // 16 bytes, no NUL
+  a.set_device_name("");
+  const AddressBytes none = encode_address(a);
+  ASSERT_EQ(decode_address(none.data(), none.size(), &b), RDMX_OK);
+  EXPECT_EQ(b.device_name(), "");
+  // A version 3 blob (88 bytes) is refused: its senders do not name their device.
+  AddressBytes old = bytes;
+  old[4] = 3;
+  EXPECT_EQ(decode_address(old.data(), 88, &b), RDMX_ERR_BAD_ADDRESS);
+  EXPECT_EQ(decode_address(old.data(), old.size(), &b), RDMX_ERR_BAD_ADDRESS);
 }
 
 TEST(Address, RejectsWhatItCannotUse) {

@@ -75,7 +75,7 @@ bool Worker::create_wqp(Peer& p) {
                                                        .sq_sig_all = false}));
     qp->to_init(
         verbs::RcInitAttr{.port_num = port_,
-                          .pkey_index = 0,
+                          .pkey_index = res_.pkey_index,
                           .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
     std::random_device rd;
     p.ud.wqp_psn = rd() & 0xffffff;
@@ -91,20 +91,24 @@ bool Worker::create_wqp(Peer& p) {
 
 bool Worker::connect_wqp(Peer& p, std::uint32_t remote_qpn, std::uint32_t remote_psn) {
   verbs::RemoteQp remote;
-  std::memcpy(remote.gid.raw, p.address.gid.data(), 16);
+  remote.gid = grh_dgid(p.address);
   remote.lid = p.address.lid;
   remote.qpn = remote_qpn;
   remote.psn = remote_psn;
   try {
     p.ud.write_qp->to_rtr(verbs::RcRtrAttr{.remote = remote,
                                            .path_mtu = p.path_mtu,
-                                           .sgid_index = static_cast<std::uint8_t>(gid_index_),
+                                           .sgid_index = gid_index_,
                                            .min_rnr_timer = 1,
                                            .max_dest_rd_atomic = 1,
-                                           .port_num = port_});
+                                           .port_num = port_,
+                                           .traffic_class = res_.traffic_class,
+                                           .sl = res_.service_level});
+    // The same timeout and retries as RC mode's connections (rc_timeout, rc_retry_cnt): these
+    // carry rendezvous writes, whose loss fails the transfer as surely.
     p.ud.write_qp->to_rts(verbs::RcRtsAttr{.sq_psn = p.ud.wqp_psn,
-                                           .timeout = 15,
-                                           .retry_cnt = 7,
+                                           .timeout = res_.rc_timeout,
+                                           .retry_cnt = res_.rc_retry_cnt,
                                            .max_rd_atomic = 1,
                                            .rnr_retry = res_.rc_rnr_retry});
   } catch (const verbs::Error& e) {
