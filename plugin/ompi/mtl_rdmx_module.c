@@ -230,9 +230,14 @@ rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc) {
   mca_mtl_rdmx_endpoint_t* e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
   int rc;
   if (OPAL_UNLIKELY(NULL == e)) {
-    /* A process pml cm was not told about yet (as in mtl_ofi: add it on first use). */
+    /* A process pml cm was not told about yet (as in mtl_ofi: add it on first use). Open MPI
+     * adds the processes of other hosts this way, at their first message. A failure here ends
+     * the job, as in mtl_ofi: the error code of a send started inside a collective (libnbc) is
+     * dropped, and the job would wait for a peer it can never reach. add_procs said why. */
     if (OMPI_SUCCESS != MCA_PML_CALL(add_procs(&proc, 1))) {
-      return NULL;
+      opal_output(0, "mtl rdmx: process %s cannot add process %s (above): aborting the job",
+                  OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), OPAL_NAME_PRINT(proc->super.proc_name));
+      exit(1);
     }
     e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
     if (NULL == e) {
