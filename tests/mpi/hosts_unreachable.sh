@@ -14,6 +14,7 @@ here=$(dirname "$0")
 addr=10.97.0.2
 trap 'ssh rdmx-host2 ip addr del $addr/24 dev eth0 2>/dev/null' EXIT
 # The RoCE v2 entry rxe makes for the address (IPv4-mapped ::ffff:10.97.0.2), found on host 2.
+# shellcheck disable=SC2029 # $addr is meant to expand here, the rest on host 2
 index=$(ssh rdmx-host2 "ip addr add $addr/24 dev eth0 || exit 1
   p=/sys/class/infiniband/rxe0/ports/1
   for try in \$(seq 50); do
