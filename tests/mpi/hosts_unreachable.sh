@@ -14,17 +14,9 @@ here=$(dirname "$0")
 addr=10.97.0.2
 trap 'ssh rdmx-host2 ip addr del $addr/24 dev eth0 2>/dev/null' EXIT
 # The RoCE v2 entry rxe makes for the address (IPv4-mapped ::ffff:10.97.0.2), found on host 2.
-# shellcheck disable=SC2029 # $addr is meant to expand here, the rest on host 2
-index=$(ssh rdmx-host2 "ip addr add $addr/24 dev eth0 || exit 1
-  p=/sys/class/infiniband/rxe0/ports/1
-  for try in \$(seq 50); do
-    for n in \$(seq 0 15); do
-      if [ \"\$(cat \$p/gids/\$n 2>/dev/null)\" = 0000:0000:0000:0000:0000:ffff:0a61:0002 ] &&
-         grep -q 'RoCE v2' \$p/gid_attrs/types/\$n 2>/dev/null; then echo \$n; exit 0; fi
-    done
-    sleep 0.1
-  done
-  exit 1") || { echo "hosts_unreachable: no RoCE v2 GID for $addr on rdmx-host2's rxe0"; exit 1; }
+# shellcheck disable=SC2029 # expanded here on purpose: host 2 sees the same paths
+index=$(ssh rdmx-host2 "ip addr add $addr/24 dev eth0 && sh $here/gid_of.sh rxe0 $addr") ||
+  { echo "hosts_unreachable: no RoCE v2 GID for $addr on rdmx-host2's rxe0"; exit 1; }
 echo "hosts_unreachable: rank 1 uses rdmx-host2's rxe0 GID index $index ($addr)"
 ip route get "$addr" 2>&1
 

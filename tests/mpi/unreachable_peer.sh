@@ -35,27 +35,12 @@ ip rule add pref 1000 lookup local || exit 1
 ip rule del pref 0 || exit 1
 
 # The RoCE v2 entry rxe made for the address (IPv4-mapped: ::ffff:10.97.0.1).
-want=0000:0000:0000:0000:0000:ffff:0a61:0001
-ports=/sys/class/infiniband/rxe1/ports/1
-index=
-tries=0
-while [ -z "$index" ] && [ $tries -lt 50 ]; do
-  n=0
-  while [ $n -lt 16 ]; do
-    if [ "$(cat $ports/gids/$n 2>/dev/null)" = "$want" ] &&
-       grep -q "RoCE v2" $ports/gid_attrs/types/$n 2>/dev/null; then
-      index=$n
-      break
-    fi
-    n=$((n + 1))
-  done
-  [ -n "$index" ] || { sleep 0.1; tries=$((tries + 1)); }
-done
+index=$(sh "$here/gid_of.sh" rxe1 "$addr")
 [ -n "$index" ] || { echo "unreachable_peer: no RoCE v2 GID for $addr on rxe1 among the first 16"; exit 1; }
 echo "unreachable_peer: rank 0 uses rxe1 GID index $index ($addr); ip route get 10.99.1.2 from $addr:"
 ip route get 10.99.1.2 from "$addr" 2>&1
 
 sh "$here/mpirun_expect.sh" --fails --within 60 \
-  --match "mtl rdmx: process [^ ]+ on host [^ ]+ cannot reach process [^ ]+ on host [^ ]+: from host [^ ]+: the kernel has no route from our rxe1 [(]GID $addr[)] to the peer's rxe2 [(]GID 10[.]99[.]1[.]2, uid [0-9a-f]+[)]: connect[(][)] to its RoCE v2 port says" \
+  --match "mtl rdmx: process [^ ]+ on host [^ ]+ cannot reach process [^ ]+ on host [^ ]+: from host [^ ]+: the kernel has no route from our rxe1 [(]GID ${addr}[)] to the peer's rxe2 [(]GID 10[.]99[.]1[.]2, uid [0-9a-f]+[)]: connect[(][)] to its RoCE v2 port says" \
   -- "$@" -np 1 -x RDMX_DEVICE=rxe1 -x RDMX_GID_INDEX="$index" "$prog" \
         : -np 1 -x RDMX_DEVICE=rxe2 "$prog"
