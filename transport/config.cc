@@ -236,10 +236,17 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
   return rc;
 }
 
-// settings.def's range of rndv_read_share is kMaxReadShare.
-#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help)                        \
-  static_assert(std::string_view(#field) != "rndv_read_share" || (hi) == kMaxReadShare, \
-                "settings.def: rndv_read_share's range");
+// settings.def's upper bounds (what the environment may set) are the ones resolve checks (what
+// a C caller may set): one range per setting, written twice, held equal here.
+constexpr bool same_max(std::string_view field, long long hi) {
+  return (field != "rndv_read_share" || hi == kMaxReadShare) &&
+         (field != "traffic_class" || hi == kMaxTrafficClass) &&
+         (field != "service_level" || hi == kMaxServiceLevel) &&
+         (field != "rc_timeout" || hi == kMaxRcTimeout) &&
+         (field != "rc_retry_cnt" || hi == kMaxRcRetryCnt);
+}
+#define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help) \
+  static_assert(same_max(#field, hi), "settings.def: " #field "'s range is not resolve's");
 #include "transport/settings.def"
 #undef RDMX_SETTING
 
