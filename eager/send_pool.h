@@ -101,6 +101,7 @@ class SendPool {
     }
     *index = desc_free_[--desc_free_count_];
     descs_[*index].in_use = true;
+    ++taken_;
     return true;
   }
   void free_desc(std::uint32_t index) noexcept {
@@ -127,6 +128,8 @@ class SendPool {
   std::uint32_t desc_count() const noexcept { return params_.descs; }
   std::uint32_t free_descs() const noexcept { return desc_free_count_; }
   std::uint32_t descs_in_use() const noexcept { return params_.descs - desc_free_count_; }
+  // Descriptors taken since the pool was made (posted, or refused by ibv_post_send and freed).
+  std::uint64_t descs_taken() const noexcept { return taken_; }
   // Signalled WRs posted and not yet retired: while there are none, only an error (which
   // completes unsignalled WRs too) can put anything on the send CQ, so the progress loop
   // polls it rarely.
@@ -174,6 +177,7 @@ class SendPool {
   std::vector<std::uint32_t> desc_free_;
   std::uint32_t desc_free_count_ = 0;
   std::uint32_t signaled_outstanding_ = 0;
+  std::uint64_t taken_ = 0;
 };
 
 }  // namespace rdmx::eager

@@ -10,16 +10,25 @@
 // or a request waits on it), and otherwise every `signal_every`-th WR, so that at most
 // signal_every - 1 WRs wait for a later completion and the queue never fills with WRs that
 // nothing will retire.
+//
+// Threads: the descriptors of several posting threads' pools (one per thread, eager/send_pool.h)
+// may share a QP, so a FIFO link names the pool (the thread index of the wr_id) and the slot,
+// and retiring takes the table of every thread's pool. The caller serializes a queue's posts
+// and completions (the worker lock in MULTI mode).
 #pragma once
 
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <span>
 
 #include "eager/send_pool.h"
 #include "protocol/wr_id.h"
 
 namespace rdmx::eager {
+
+// Every posting thread's pool, by thread index (SendPool::thread()).
+using PoolTable = std::span<SendPool* const>;
 
 class SendQueue {
  public:
@@ -92,12 +101,14 @@ class SendQueue {
     desc.peer = p.peer;
     desc.cookie = p.cookie;
     desc.next = kNil;
-    if (tail_ == kNil) {
-      head_ = d;
+    const std::uint32_t link = link_of(pool.thread(), d);
+    if (tail_desc_ == nullptr) {
+      head_ = link;
     } else {
-      pool.desc(tail_).next = d;
+      tail_desc_->next = link;
     }
-    tail_ = d;
+    tail_desc_ = &desc;
+    tail_ = link;
     ++outstanding_;
     unsignaled_run_ = signal ? 0 : unsignaled_run_ + 1;
     if (p.buf_class != kNoBuffer) {
@@ -106,21 +117,28 @@ class SendQueue {
     return 0;
   }
 
-  // A completion for descriptor `d` of this queue: retires it and every WR posted before it.
-  // on_retired(SendDesc&) runs for each, oldest first, before the descriptor is freed.
-  // Returns the number retired (0 if d is not outstanding here: a stale completion).
+  // A completion for descriptor `d` of thread `thread`'s pool on this queue: retires it and every
+  // WR posted before it. on_retired(SendDesc&) runs for each, oldest first, before the
+  // descriptor is freed. Returns the number retired (0 if d is not outstanding here: a stale
+  // completion).
   template <class F>
-  std::uint32_t complete(SendPool& pool, std::uint32_t d, F&& on_retired) noexcept {
-    if (!pool.desc(d).in_use || pool.desc(d).queue != this) {
+  std::uint32_t complete(PoolTable pools, std::uint16_t thread, std::uint32_t d,
+                         F&& on_retired) noexcept {
+    const SendDesc& last = pools[thread]->desc(d);
+    if (!last.in_use || last.queue != this) {
       return 0;
     }
+    const std::uint32_t end = link_of(thread, d);
     std::uint32_t n = 0;
     for (;;) {
       const std::uint32_t cur = head_;
-      SendDesc& desc = pool.desc(cur);
+      SendPool& pool = *pools[cur >> kSlotBits];
+      const std::uint32_t slot = cur & kSlotMask;
+      SendDesc& desc = pool.desc(slot);
       head_ = desc.next;
       if (head_ == kNil) {
         tail_ = kNil;
+        tail_desc_ = nullptr;
       }
       --outstanding_;
       ++n;
@@ -128,8 +146,8 @@ class SendQueue {
       if (desc.buf_class != kNoBuffer) {
         pool.unref(desc.buf_class, desc.buf);
       }
-      pool.free_desc(cur);
-      if (cur == d || head_ == kNil) {
+      pool.free_desc(slot);
+      if (cur == end || head_ == kNil) {
         break;
       }
     }
@@ -140,21 +158,38 @@ class SendQueue {
   // what is still listed, i.e. unsignalled WRs that completed successfully and so never
   // produced a completion of their own.
   template <class F>
-  std::uint32_t retire_all(SendPool& pool, F&& on_retired) noexcept {
-    return tail_ == kNil ? 0 : complete(pool, tail_, on_retired);
+  std::uint32_t retire_all(PoolTable pools, F&& on_retired) noexcept {
+    return tail_ == kNil ? 0
+                         : complete(pools, static_cast<std::uint16_t>(tail_ >> kSlotBits),
+                                    tail_ & kSlotMask, on_retired);
   }
 
   static constexpr std::uint32_t kNil = 0xffffffff;
 
  private:
+  // A FIFO link: the thread (the pool) above the slot.
+  static constexpr std::uint32_t kSlotBits = 20;
+  static constexpr std::uint32_t kSlotMask = (1u << kSlotBits) - 1;
+  static_assert(protocol::kWrThreadBits + kSlotBits <= 32);
+
+ public:
+  // Descriptors a pool may have for its slots to fit a link (below kNil's).
+  static constexpr std::uint32_t kMaxDescs = kSlotMask;
+
+ private:
+  static constexpr std::uint32_t link_of(std::uint16_t thread, std::uint32_t slot) noexcept {
+    return (std::uint32_t{thread} << kSlotBits) | slot;
+  }
+
   ibv_qp* qp_ = nullptr;
   std::uint32_t depth_ = 0;
   std::uint32_t reserve_ = 0;
   std::uint32_t signal_every_ = 16;
   std::uint32_t outstanding_ = 0;
   std::uint32_t unsignaled_run_ = 0;
-  std::uint32_t head_ = kNil;
+  std::uint32_t head_ = kNil;  // links (link_of)
   std::uint32_t tail_ = kNil;
+  SendDesc* tail_desc_ = nullptr;  // tail_'s descriptor, whose link the next post sets
   bool closed_ = false;
 };
 

@@ -1,4 +1,5 @@
-// The C API (include/rdmx/rdmx.h): argument checks and translation, nothing else.
+// The C API (include/rdmx/rdmx.h): argument checks and translation, and in MULTI thread mode
+// the worker lock around each call (Worker::Locked; progress, waits and destroy lock inside).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 
 using rdmx::transport::Request;
 using rdmx::transport::Worker;
+using Locked = rdmx::transport::Worker::Locked;
 
 namespace {
 
@@ -47,7 +49,7 @@ int rdmx_worker_create(const rdmx_config_t* config, rdmx_worker_t** worker) {
 
 void rdmx_worker_destroy(rdmx_worker_t* worker) {
   if (worker != nullptr) {
-    delete worker->impl;
+    Worker::destroy(worker->impl);
   }
 }
 
@@ -64,19 +66,22 @@ int rdmx_worker_progress(rdmx_worker_t* worker) {
   if (worker == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  return worker->impl->progress();
+  return worker->impl->progress_any();
 }
 
 int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_gap_us) {
   if (worker == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  return worker->impl->poll(max_polls, spin_gap_us);
+  return worker->impl->poll_any(max_polls, spin_gap_us);
 }
 
 void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us) {
   if (worker != nullptr) {
-    worker->impl->idle(events, yield_after_us);
+    const Locked held(*worker->impl);
+    if (held.error() == RDMX_OK) {
+      worker->impl->idle(events, yield_after_us);
+    }
   }
 }
 
@@ -88,6 +93,10 @@ int rdmx_worker_check_peer(rdmx_worker_t* worker, const void* address, size_t le
                            size_t why_length) {
   if (worker == nullptr || address == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
   }
   std::string text;
   const int rc = worker->impl->check_peer(address, length, &text);
@@ -103,12 +112,20 @@ int rdmx_ep_create(rdmx_worker_t* worker, const void* address, size_t length, rd
   if (worker == nullptr || address == nullptr || ep == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
   return worker->impl->ep_create(address, length, ep);
 }
 
 void rdmx_ep_destroy(rdmx_ep_t* ep) {
   if (ep != nullptr && ep->peer != nullptr && ep->worker != nullptr) {
-    ep->worker->ep_destroy(*ep->peer);
+    Worker& w = *ep->worker;
+    const Locked held(w);
+    if (held.error() == RDMX_OK) {
+      w.ep_destroy(*ep->peer);
+    }
   }
 }
 
@@ -116,6 +133,10 @@ int rdmx_worker_set_peer_failure_callback(rdmx_worker_t* worker, rdmx_peer_failu
                                           void* arg) {
   if (worker == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
   }
   worker->impl->set_peer_failure_callback(callback, arg);
   return RDMX_OK;
@@ -125,6 +146,10 @@ int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag
                   rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
   if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr || request == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*ep->worker);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
   }
   return ep->worker->tag_send(*ep->peer, buffer, length, tag, flags,
                               rdmx::transport::to_request(request), callback, user_data);
@@ -136,6 +161,10 @@ int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t s
   if (worker == nullptr || request == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
   return worker->impl->tag_recv(buffer, length, source, tag, tag_mask,
                                 rdmx::transport::to_request(request), callback, user_data);
 }
@@ -145,6 +174,10 @@ int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_
   if (worker == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
   return worker->impl->probe(source, tag, tag_mask, status, message);
 }
 
@@ -152,6 +185,10 @@ int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buff
                       rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
   if (worker == nullptr || message == nullptr || request == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
   }
   return worker->impl->msg_recv(reinterpret_cast<rdmx::transport::MsgDesc*>(message), buffer,
                                 length, rdmx::transport::to_request(request), callback, user_data);
@@ -162,7 +199,7 @@ int rdmx_request_test(const rdmx_request_t* request, rdmx_status_t* status) {
     return RDMX_ERR_INVALID_PARAM;
   }
   const Request* r = rdmx::transport::to_request(request);
-  if (r->state != rdmx::transport::ReqState::kDone) {
+  if (rdmx::transport::state_of(r) != rdmx::transport::ReqState::kDone) {
     return RDMX_INPROGRESS;
   }
   if (status != nullptr) {
@@ -183,12 +220,20 @@ int rdmx_request_cancel(rdmx_worker_t* worker, rdmx_request_t* request) {
   if (worker == nullptr || !valid_request(request)) {
     return RDMX_ERR_INVALID_PARAM;
   }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
   return worker->impl->cancel(rdmx::transport::to_request(request));
 }
 
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats) {
   if (worker == nullptr || stats == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
   }
   worker->impl->stats(stats);
   return RDMX_OK;

@@ -123,6 +123,32 @@ std::optional<rdmx_transport_t> parse_transport(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<rdmx_thread_mode_t> parse_thread_mode(std::string_view text) {
+  text = trim(text);
+  if (iequals(text, "single")) {
+    return RDMX_THREAD_MODE_SINGLE;
+  }
+  if (iequals(text, "serialized")) {
+    return RDMX_THREAD_MODE_SERIALIZED;
+  }
+  if (iequals(text, "multi")) {
+    return RDMX_THREAD_MODE_MULTI;
+  }
+  return std::nullopt;
+}
+
+const char* thread_mode_name(rdmx_thread_mode_t mode) noexcept {
+  switch (mode) {
+    case RDMX_THREAD_MODE_SINGLE:
+      return "single";
+    case RDMX_THREAD_MODE_SERIALIZED:
+      return "serialized";
+    case RDMX_THREAD_MODE_MULTI:
+      return "multi";
+  }
+  return "?";
+}
+
 const char* transport_name(rdmx_transport_t transport) noexcept {
   switch (transport) {
     case RDMX_TRANSPORT_RC:
@@ -193,6 +219,15 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
       }
     }
   };
+  auto thread_mode = [&](const char* name, rdmx_thread_mode_t* field) {
+    if (const char* v = get(name)) {
+      if (const auto t = parse_thread_mode(v)) {
+        *field = *t;
+      } else {
+        fail(name, v, "one of single, serialized, multi");
+      }
+    }
+  };
   auto uid = [&](const char* name, std::uint64_t* field) {
     if (const char* v = get(name)) {
       const auto x = parse_u64(v);
@@ -219,6 +254,7 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
 #define RDMX_APPLY_SIZE(env, field, lo, hi) sz(env, field)
 #define RDMX_APPLY_STRING(env, field, lo, hi) string(env, field)
 #define RDMX_APPLY_TRANSPORT(env, field, lo, hi) transport(env, field)
+#define RDMX_APPLY_THREADS(env, field, lo, hi) thread_mode(env, field)
 #define RDMX_APPLY_UID(env, field, lo, hi) uid(env, field)
 #define RDMX_APPLY_FRACTION(env, field, lo, hi) fraction(env, field)
 #define RDMX_SETTING(field, env, mca, kind, lo, hi, level, help) \
@@ -231,6 +267,7 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
 #undef RDMX_APPLY_SIZE
 #undef RDMX_APPLY_STRING
 #undef RDMX_APPLY_TRANSPORT
+#undef RDMX_APPLY_THREADS
 #undef RDMX_APPLY_UID
 #undef RDMX_APPLY_FRACTION
   return rc;
@@ -240,6 +277,7 @@ int apply_env(rdmx_config_t* config, EnvLookup lookup, void* user, std::string* 
 // a C caller may set): one range per setting, written twice, held equal here.
 constexpr bool same_max(std::string_view field, long long hi) {
   return (field != "rndv_read_share" || hi == kMaxReadShare) &&
+         (field != "max_threads" || hi == kMaxThreads) &&
          (field != "traffic_class" || hi == kMaxTrafficClass) &&
          (field != "service_level" || hi == kMaxServiceLevel) &&
          (field != "rc_timeout" || hi == kMaxRcTimeout) &&
@@ -274,6 +312,16 @@ int resolve(const rdmx_config_t& config, std::uint32_t port_mtu, Resolved* out,
       config.transport != RDMX_TRANSPORT_UD) {
     return fail("transport " + std::to_string(static_cast<int>(config.transport)) +
                 " is not rc, ud or auto (RDMX_TRANSPORT)");
+  }
+  if (config.thread_mode != RDMX_THREAD_MODE_SINGLE &&
+      config.thread_mode != RDMX_THREAD_MODE_SERIALIZED &&
+      config.thread_mode != RDMX_THREAD_MODE_MULTI) {
+    return fail("thread_mode " + std::to_string(static_cast<int>(config.thread_mode)) +
+                " is not single, serialized or multi (RDMX_THREAD_MODE)");
+  }
+  if (config.max_threads < 1 || config.max_threads > kMaxThreads) {
+    return fail("max_threads " + std::to_string(config.max_threads) + " is not in 1.." +
+                std::to_string(kMaxThreads) + " (RDMX_MAX_THREADS)");
   }
   if (config.small_buf_size < kMinSmallBuf) {
     return fail("small_buf_size " + std::to_string(config.small_buf_size) + " is below " +
@@ -328,6 +376,8 @@ int resolve(const rdmx_config_t& config, std::uint32_t port_mtu, Resolved* out,
 
   Resolved r;
   r.ud = choose_ud(config);
+  r.multi = config.thread_mode == RDMX_THREAD_MODE_MULTI;
+  r.max_threads = r.multi ? config.max_threads : 1;
   r.traffic_class = static_cast<std::uint8_t>(config.traffic_class);
   r.service_level = static_cast<std::uint8_t>(config.service_level);
   r.pkey_index = static_cast<std::uint16_t>(config.pkey_index);
@@ -487,6 +537,8 @@ void rdmx_config_init(rdmx_config_t* c) {
   c->path_mtu = 0;
   c->rc_timeout = kDefaultRcTimeout;
   c->rc_retry_cnt = kDefaultRcRetryCnt;
+  c->thread_mode = RDMX_THREAD_MODE_SINGLE;
+  c->max_threads = kDefaultMaxThreads;
 }
 
 int rdmx_config_from_env(rdmx_config_t* c) {

@@ -67,6 +67,10 @@ inline constexpr int kMaxRcRetryCnt = 7;
 // and the 4-bit SL.
 inline constexpr int kMaxTrafficClass = 255;
 inline constexpr int kMaxServiceLevel = 15;
+// MULTI thread mode: send contexts at most (rdmx_config_t.max_threads; a thread index fits the
+// wr_id's 12 bits and the sync cookie's, worker.h checks).
+inline constexpr std::uint32_t kDefaultMaxThreads = 32;
+inline constexpr std::uint32_t kMaxThreads = 1024;
 
 // A tiny SRQ must not deadlock: below this many receive buffers the refill batch and the
 // watermark collapse onto each other, so smaller requests are raised to it.
@@ -82,6 +86,8 @@ std::optional<std::int64_t> parse_int(std::string_view text);
 std::optional<double> parse_fraction(std::string_view text);  // a number in [0, 1]
 std::optional<rdmx_transport_t> parse_transport(std::string_view text);
 const char* transport_name(rdmx_transport_t transport) noexcept;
+std::optional<rdmx_thread_mode_t> parse_thread_mode(std::string_view text);
+const char* thread_mode_name(rdmx_thread_mode_t mode) noexcept;
 
 // A getenv-like lookup, so tests can feed their own environment.
 using EnvLookup = const char* (*)(const char* name, void* user);
@@ -116,7 +122,9 @@ struct Resolved {
   // capped by rdmx_config_t.path_mtu.
   std::uint32_t path_mtu = 0;
   bool ud = false;
-  bool shm = false;  // node-local peers through shared memory
+  bool multi = false;             // RDMX_THREAD_MODE_MULTI: the worker locks (threads.cc)
+  std::uint32_t max_threads = 1;  // send contexts at most (1 unless multi)
+  bool shm = false;               // node-local peers through shared memory
   bool shm_cma = false;
   std::uint32_t shm_slots = 0;
   std::uint32_t shm_rings = 0;

@@ -70,6 +70,18 @@ void hold_srq_refills(rdmx_worker_t* worker, bool hold);
 // Receive buffers posted now to the SRQ of size class `size_class` (0 small, 1 large).
 std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class);
 
+// Send contexts (thread mode multi: one per thread; transport/threads.cc). The calling thread's
+// index (made on first use), or the error code (< 0) when it gets none.
+int caller_send_context(rdmx_worker_t* worker);
+// Per context, in index order: WRs posted with its index in the wr_id, their descriptors retired
+// back to its pool, and the send completions routed to it by the wr_id's thread field.
+struct SendContextCounts {
+  std::uint64_t posted = 0;
+  std::uint64_t retired = 0;
+  std::uint64_t routed = 0;
+};
+std::vector<SendContextCounts> send_context_counts(rdmx_worker_t* worker);
+
 // UD mode: sends a whole message as the peer will read it (header included) to the peer's
 // small-class UD QP from this worker's own, so the peer takes it as coming from us. For tests of
 // what a misbehaving peer can send. kAsIs: every byte as given, outside the reliable stream;

@@ -18,8 +18,9 @@
 //       must call progress at least once in that time while someone waits on it (60 s by
 //       default): more generous than UD's send timeout (T without an ack).
 // A peer found dead (fail_peer with dead = true) fails the receives that name it and is reported
-// once through the peer-failure callback: before the callbacks of the requests it failed
-// (run_completions), else from the next watchdog run; never from inside a post call.
+// once through the peer-failure callback, at the end of the progress call that found it
+// (run_completions), before the callbacks of the requests it failed; never from inside a post
+// call, and in MULTI mode with no lock held.
 #include <signal.h>
 
 #include <cerrno>
@@ -39,11 +40,6 @@ void Worker::run_watchdogs(std::uint64_t now) {
   }
   if (!ud_mode_) {
     run_rc_watchdog(now);
-  }
-  // Peers failed since the last run that failed no request with a callback (run_completions
-  // reports those first): reported within a period, never from inside a post call.
-  if (!failed_uids_.empty()) {
-    notify_peer_failures();
   }
 }
 
@@ -129,14 +125,12 @@ std::size_t Worker::fail_posted_recvs(const Peer* peer, int code) {
   return failed;
 }
 
-void Worker::notify_peer_failures() {
-  std::vector<std::uint64_t> uids;
-  uids.swap(failed_uids_);
-  if (peer_failure_cb_ == nullptr || closing_) {
+void Worker::notify_peer_failures(const Completions& c) {
+  if (c.failure_cb == nullptr) {
     return;
   }
-  for (const std::uint64_t uid : uids) {
-    peer_failure_cb_(uid, peer_failure_arg_);
+  for (const std::uint64_t uid : c.failed_uids) {
+    c.failure_cb(uid, c.failure_arg);
   }
 }
 

@@ -140,7 +140,8 @@ int Worker::progress() {
       next_connect_timer_us_ != protocol::kNoDeadline) [[likely]] {
     events += ops_.poll_recv(*this, recv_cq_->get());
   }
-  if (done_head_ != nullptr) {
+  // MULTI: the caller (progress_any) runs them once it has released the lock.
+  if ((done_head_ != nullptr || !failed_uids_.empty()) && !multi_) {
     events += run_completions();
   }
   return events;
@@ -693,7 +694,7 @@ int Worker::msg_recv(MsgDesc* d, void* buffer, std::size_t length, Request* r,
 }
 
 int Worker::cancel(Request* r) {
-  if (r->type == ReqType::kRecv && r->state == ReqState::kActive && matcher_.cancel(r->recv)) {
+  if (r->type == ReqType::kRecv && state_of(r) == ReqState::kActive && matcher_.cancel(r->recv)) {
     complete(r, RDMX_ERR_CANCELED);
     return RDMX_OK;
   }

@@ -5,6 +5,7 @@
 // buffer only when it is posted, so nothing is copied while it waits).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -93,9 +94,19 @@ struct Request {
 static_assert(sizeof(Request) <= RDMX_REQUEST_SIZE, "Request must fit in rdmx_request_t");
 static_assert(alignof(Request) <= alignof(rdmx_request_t));
 
-// The one way a request changes state (a refused move is logged and changes nothing).
+// The one way a request changes state (a refused move is logged and changes nothing). The store
+// releases: in MULTI mode another thread may read the state without the worker lock (state_of),
+// and a request becomes done after its completion list was taken, outside the lock.
 inline void move_to(Request* r, ReqState to) noexcept {
-  (void)checked_move(r->state, to, kReqMoves, "request", reinterpret_cast<std::uintptr_t>(r));
+  ReqState now = std::atomic_ref<ReqState>(r->state).load(std::memory_order_relaxed);
+  if (checked_move(now, to, kReqMoves, "request", reinterpret_cast<std::uintptr_t>(r))) {
+    std::atomic_ref<ReqState>(r->state).store(to, std::memory_order_release);
+  }
+}
+
+// A request's state as another thread may read it: rdmx_request_test, waits, cancel.
+inline ReqState state_of(const Request* r) noexcept {
+  return std::atomic_ref<ReqState>(const_cast<ReqState&>(r->state)).load(std::memory_order_acquire);
 }
 
 inline Request* to_request(rdmx_request_t* r) noexcept {

@@ -208,7 +208,7 @@ rendezvous::PostResult Worker::post_write(Peer& p, eager::SendQueue* sq,
   wr.wr.rdma.remote_addr = w.remote_addr;
   wr.wr.rdma.rkey = w.rkey;
   const int rc =
-      sq->post(*threads_[0].send, wr,
+      sq->post(*tx_->send, wr,
                eager::SendQueue::Post{.kind = w.with_imm ? protocol::WrKind::kRdmaWriteImm
                                                          : protocol::WrKind::kRdmaWrite,
                                       .want_signal = w.signaled,
@@ -231,7 +231,7 @@ rendezvous::PostResult Worker::post_read(Peer& p, const rendezvous::ReadRequest&
   wr.num_sge = 1;
   wr.wr.rdma.remote_addr = r.remote_addr;
   wr.wr.rdma.rkey = r.rkey;
-  const int rc = p.rc.sq[1].post(*threads_[0].send, wr,
+  const int rc = p.rc.sq[1].post(*tx_->send, wr,
                                  eager::SendQueue::Post{.kind = protocol::WrKind::kRdmaRead,
                                                         .want_signal = r.signaled,
                                                         .peer = &p,

@@ -402,7 +402,9 @@ void Worker::on_send_completion(const ibv_wc& wc) {
                  static_cast<unsigned long long>(wc.wr_id));
     return;
   }
-  eager::SendPool& pool = *threads_[id.thread].send;
+  ThreadCtx& owner = threads_[id.thread];
+  ++owner.routed;
+  eager::SendPool& pool = *owner.send;
   if (id.slot >= pool.desc_count() || !pool.desc(id.slot).in_use ||
       pool.desc(id.slot).generation != id.generation) [[unlikely]] {
     std::fprintf(stderr, "rdmx: stale send completion (slot %u generation %u)\n", id.slot,
@@ -446,7 +448,7 @@ void Worker::on_send_completion(const ibv_wc& wc) {
     }
   }
   Ch::on_send_done(static_cast<Peer*>(desc.peer));
-  (void)desc.queue->complete(pool, id.slot, [](eager::SendDesc& d) {
+  (void)desc.queue->complete(pool_table_, id.thread, id.slot, [](eager::SendDesc& d) {
     if (d.sequenced && d.peer != nullptr) {
       Peer* p = static_cast<Peer*>(d.peer);
       if (p->rc.guard) {

@@ -93,6 +93,9 @@ int Worker::create(const rdmx_config_t& config, Worker** out) {
     std::fprintf(stderr, "rdmx: worker creation failed: out of memory\n");
     return RDMX_ERR_NO_MEMORY;
   }
+  if (w->multi_) {
+    register_multi(w.get());
+  }
   *out = w.release();
   return RDMX_OK;
 }
@@ -123,17 +126,19 @@ eager::SrqPool::Params Worker::ctrl_pool_params() noexcept {
           .batch = 8};
 }
 
-eager::SendPool::Params Worker::send_pool_params(std::uint16_t thread, const Resolved& r) noexcept {
+eager::SendPool::Params Worker::send_pool_params(std::uint16_t thread, const Resolved& r,
+                                                 std::uint32_t descs) noexcept {
   const auto hdr = static_cast<std::uint32_t>(protocol::kHeaderSize);
+  const std::uint32_t div = thread == 0 ? 1 : kThreadBufferDiv;
   return {.thread = thread,
           .capacity = {std::max(hdr + r.small_buf, hdr + kCtrlCapacity), hdr + r.large_buf},
-          .count = {kSendSmallBuffers, kSendLargeBuffers},
-          .descs = kSendDescs};
+          .count = {kSendSmallBuffers / div, kSendLargeBuffers / div},
+          .descs = descs};
 }
 
 std::size_t Worker::setup_pinned_bytes(const Resolved& r) noexcept {
   std::size_t bytes = eager::SrqPool::registered_bytes_for(ctrl_pool_params()) +
-                      eager::SendPool::registered_bytes_for(send_pool_params(0, r));
+                      eager::SendPool::registered_bytes_for(send_pool_params(0, r, kSendDescs));
   for (std::uint8_t c = 0; c < kNumClasses; ++c) {
     bytes += eager::SrqPool::registered_bytes_for(data_pool_params(c, r));
   }
@@ -397,6 +402,7 @@ void Worker::size_queues(const ibv_device_attr& dev) {
   fit_pinned_memory(port_mtu);
   ud_mode_ = res_.ud;
   choose_channel();
+  size_send_contexts(dev);
   rd_atomic_ =
       static_cast<std::uint8_t>(std::clamp(std::min(dev.max_qp_rd_atom, dev.max_qp_init_rd_atom), 1,
                                            static_cast<int>(res_.rc_max_rd_atomic)));
@@ -415,6 +421,34 @@ ChannelOps Worker::channel_ops() noexcept {
 
 void Worker::choose_channel() noexcept {
   ops_ = ud_mode_ ? channel_ops<UdChannel>() : channel_ops<RcChannel>();
+}
+
+void Worker::size_send_contexts(const ibv_device_attr& dev) {
+  multi_ = res_.multi;
+  serial_ = next_serial();
+  if (!multi_) {
+    return;
+  }
+  // Every context's descriptors fit in the send CQ (worker.h): halve them until max_threads
+  // contexts do, down to kMinThreadDescs.
+  const std::uint64_t cq_max = static_cast<std::uint64_t>(std::max(dev.max_cqe, 0));
+  std::uint32_t descs = kSendDescs;
+  while (descs > kMinThreadDescs &&
+         std::uint64_t{descs} * res_.max_threads + kSendCqSlack > cq_max) {
+    descs /= 2;
+  }
+  if (std::uint64_t{descs} * res_.max_threads + kSendCqSlack > cq_max) {
+    const std::uint64_t fit = cq_max > kSendCqSlack ? (cq_max - kSendCqSlack) / kMinThreadDescs : 0;
+    throw SetupError{RDMX_ERR_INVALID_PARAM,
+                     "max_threads " + std::to_string(res_.max_threads) + ": " +
+                         std::to_string(res_.max_threads) + " send contexts of " +
+                         std::to_string(kMinThreadDescs) + " descriptors need a send CQ of " +
+                         std::to_string(std::uint64_t{descs} * res_.max_threads + kSendCqSlack) +
+                         " entries and " + device_name_ + " takes " + std::to_string(cq_max) +
+                         ": set RDMX_MAX_THREADS (mtl_rdmx_max_threads) to " + std::to_string(fit) +
+                         " or less"};
+  }
+  send_descs_ = descs;
 }
 
 void Worker::name_worker() {
@@ -454,7 +488,7 @@ void Worker::create_queues() {
   events_.emplace(*ctx_);
   pd_.emplace(verbs::ProtectionDomain::create(*ctx_));
   send_cq_.emplace(verbs::CompletionQueue::create(
-      *ctx_, static_cast<int>(kSendDescs * kPostingThreads + kSendCqSlack)));
+      *ctx_, static_cast<int>(send_descs_ * res_.max_threads + kSendCqSlack)));
   recv_cq_.emplace(verbs::CompletionQueue::create(
       *ctx_, static_cast<int>(2 * res_.srq_depth + kCtrlDepth + kSendCqSlack)));
 
@@ -472,22 +506,6 @@ void Worker::create_queues() {
         (void)p->on_limit_event();
       }
     });
-  }
-}
-
-void Worker::create_send_contexts() {
-  // A context joins threads_ only whole, so that a setup that fails half-way tears down only
-  // what exists.
-  for (int t = 0; t < kPostingThreads; ++t) {
-    ThreadCtx tc;
-    tc.index = static_cast<std::uint16_t>(t);
-    tc.send = std::make_unique<eager::SendPool>(*pd_, send_pool_params(tc.index, res_));
-    tc.sync.resize(kSyncSlots);
-    tc.sync_free.resize(kSyncSlots);
-    for (std::uint32_t i = 0; i < kSyncSlots; ++i) {
-      tc.sync_free[i] = kSyncSlots - 1 - i;
-    }
-    threads_.push_back(std::move(tc));
   }
 }
 

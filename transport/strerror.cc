@@ -34,6 +34,8 @@ extern "C" const char* rdmx_strerror(int code) {
       return "malformed peer address, or one from an incompatible rdmx version or transport";
     case RDMX_ERR_TIMED_OUT:
       return "timed out";
+    case RDMX_ERR_TOO_MANY_THREADS:
+      return "more threads use the worker than max_threads (raise RDMX_MAX_THREADS)";
     default:
       return "unknown rdmx error code";
   }

@@ -63,9 +63,15 @@ void Worker::teardown() noexcept {
 //    engine completes their requests (registrations of writes still in flight are kept until the
 //    QPs are drained, step 4).
 void Worker::fail_all_requests(debug::DestroyReport& report) {
+  report.requests_failed = failed_early_ + fail_active();
+  (void)run_completions();
+}
+
+std::uint32_t Worker::fail_active() {
   if (rndv_) {
     rndv_->cancel_all(RDMX_ERR_CANCELED);
   }
+  std::uint32_t failed = 0;
   while (active_head_ != nullptr) {
     Request* r = active_head_;
     if (r->type == ReqType::kRecv && r->recv.posted()) {
@@ -79,14 +85,14 @@ void Worker::fail_all_requests(debug::DestroyReport& report) {
       tc.sync_free.push_back(r->sync_slot);
       r->sync_slot = kNoIndex;
     }
-    ++report.requests_failed;
+    ++failed;
     complete(r, RDMX_ERR_CANCELED);  // deactivates it
   }
   for (auto& p : peers_) {
     p->pending_head = p->pending_tail = nullptr;
     p->pending_count = 0;
   }
-  (void)run_completions();
+  return failed;
 }
 
 // 2. Standard sends are complete for the caller once buffered, so give what is still
@@ -217,9 +223,7 @@ void Worker::shut_down_qps(debug::DestroyReport& report) {
     report.destroy_errors += r.destroy_error != 0 ? 1 : 0;
     // Unsignalled WRs that had completed before ERR never produce a completion: the drain
     // marker, flushed behind them, retires them.
-    if (!threads_.empty()) {
-      (void)sq->retire_all(*threads_[0].send, [](eager::SendDesc&) {});
-    }
+    (void)sq->retire_all(pool_table_, [](eager::SendDesc&) {});
   }
   // Anything left on the CQs (other QPs' completions seen after their own drain).
   if (send_cq_ && recv_cq_) {
@@ -297,6 +301,7 @@ void Worker::destroy_queues(debug::DestroyReport& report) {
   for (auto& p : peers_) {
     p->ah.reset();
   }
+  pool_table_.clear();
   threads_.clear();
   for (auto& pool : pools_) {
     pool.reset();

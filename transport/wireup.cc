@@ -319,7 +319,7 @@ void Worker::run_connect_timers(std::uint64_t now) {
 
 bool Worker::post_ctrl(Peer& peer, const protocol::MsgHeader& header, const void* body,
                        std::size_t length) {
-  eager::SendPool& pool = *threads_[0].send;
+  eager::SendPool& pool = *tx_->send;
   std::uint32_t buf = 0;
   if (!peer.ah || !pool.alloc_buffer(0, &buf)) {
     return false;

@@ -127,6 +127,7 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.idle_yields = stat_idle_yields_;
   s.spin_polls = stat_spin_polls_;
   s.ring_peers = ring_peers_.size();
+  s.send_contexts = threads_.size();
   s.ring_mem_bytes = ring_slab_ ? ring_slab_->registered_bytes() : 0;
   *out = s;
 }
@@ -285,6 +286,14 @@ WrIds wr_ids(const rdmx_worker_t* worker) {
 
 std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint64_t peer_uid) {
   return worker->impl->rc_read_limits(peer_uid);
+}
+
+int caller_send_context(rdmx_worker_t* worker) {
+  return worker->impl->caller_send_context();
+}
+
+std::vector<SendContextCounts> send_context_counts(rdmx_worker_t* worker) {
+  return worker->impl->send_context_counts();
 }
 
 std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class) {

@@ -7,17 +7,22 @@
 // rc_ring.cc, ud_send.cc, ud_write_qp.cc; channel/channel.h says what a channel is); api.cc has
 // the C functions.
 //
-// Threads: the public API is single-threaded per worker, but send resources are per thread
-// (ThreadCtx, its index in every wr_id) so that more posting threads can be added without
-// changing the wire or the wr_id layout. Today there is one ThreadCtx.
+// Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
+// context. MULTI takes the worker lock around every call (progress only if it is free), runs
+// callbacks after releasing it, and gives each calling thread a send context (ThreadCtx: its send
+// descriptors and bounce buffers, its index in every wr_id it posts). Whichever thread polls a
+// send completion routes it by the wr_id's thread field to the context that posted it.
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <sys/types.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -84,8 +89,14 @@ inline constexpr std::uint32_t kCtrlSendDepth = 256;  // WRs of the control QP
 inline constexpr std::uint32_t kCtrlDepth = 64;       // control receive buffers
 inline constexpr std::uint32_t kCtrlCapacity = 256;   // control message payload bytes
 inline constexpr std::uint32_t kSignalEvery = 32;     // selective signalling period
-inline constexpr std::uint32_t kSendDescs = 4096;     // send WRs in flight per thread
-inline constexpr int kPostingThreads = 1;  // ThreadCtx made at setup (the API is single-threaded)
+inline constexpr std::uint32_t kSendDescs = 4096;     // send WRs in flight (SINGLE, SERIALIZED)
+// MULTI: every context's descriptors fit in the send CQ, so a context has the largest power of
+// two of descriptors that max_threads contexts fit in the device's CQ with, at most kSendDescs
+// and at least kMinThreadDescs (below, max_threads is refused); it has a quarter of the bounce
+// buffers (kSendSmallBuffers / kThreadBufferDiv...): contexts are made per thread, pinned memory
+// with them.
+inline constexpr std::uint32_t kMinThreadDescs = 256;
+inline constexpr std::uint32_t kThreadBufferDiv = 4;
 inline constexpr std::uint32_t kSendSmallBuffers = 1024;
 inline constexpr std::uint32_t kSendLargeBuffers = 256;
 inline constexpr std::uint32_t kSyncSlots = 4096;            // Ssends waiting per thread
@@ -120,6 +131,10 @@ static_assert(kUdWindow <= kSendDescs && kUdWindow <= protocol::kMaxSeqWindow);
 static_assert(kRcOrderWindow <= protocol::kMaxSeqWindow);
 static_assert(kRcMaxCredits <= kRcOrderWindow, "credits never exceed what the receiver can hold");
 static_assert(kSyncSlots <= protocol::kSyncCookieSlots, "sync cookie: its slot field");
+static_assert(kMaxThreads <= protocol::kSyncCookieThreads &&
+                  kMaxThreads <= protocol::kWrMaxThread + 1,
+              "a thread index fits the sync cookie and the wr_id");
+static_assert(kSendDescs <= eager::SendQueue::kMaxDescs && kUdWindow <= kMinThreadDescs);
 
 // A message removed from the receive path before its receive was posted (unexpected) or before
 // its turn (early in sequence). Its bytes stay in the receive buffer when the pool can spare it,
@@ -147,6 +162,8 @@ struct SyncSlot {
 
 struct ThreadCtx {
   std::uint16_t index = 0;
+  pid_t owner = 0;           // MULTI: the thread (gettid) it serves
+  std::uint64_t routed = 0;  // send completions routed here by their wr_id (tests)
   std::unique_ptr<eager::SendPool> send;
   std::vector<SyncSlot> sync;
   std::vector<std::uint32_t> sync_free;
@@ -195,6 +212,41 @@ class Worker {
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
   int poll(std::uint32_t max_polls, std::uint64_t spin_gap_us);  // rdmx_worker_poll
   void idle(int events, std::uint64_t yield_after_us) noexcept;  // rdmx_worker_idle
+
+  // --- threads (threads.cc). In MULTI mode every C API call holds the worker lock through a
+  // Locked (api.cc), which also points tx_ at the caller's send context; in the other modes it
+  // costs one test of a flag set at creation. Progress calls go through progress_any instead.
+  bool multi() const noexcept { return multi_; }
+  class Locked {
+   public:
+    explicit Locked(Worker& w) noexcept : w_(w) {
+      if (w_.multi_) [[unlikely]] {
+        rc_ = w_.lock_caller();
+      }
+    }
+    ~Locked() {
+      if (w_.multi_ && rc_ == RDMX_OK) [[unlikely]] {
+        w_.lock_.unlock();
+      }
+    }
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+    int error() const noexcept { return rc_; }  // RDMX_ERR_TOO_MANY_THREADS: no context
+
+   private:
+    Worker& w_;
+    int rc_ = RDMX_OK;
+  };
+  // rdmx_worker_progress / rdmx_worker_poll in any mode: MULTI polls once if no other thread is
+  // polling (else 0 at once) and runs the callbacks after unlocking.
+  int progress_any();
+  int poll_any(std::uint32_t max_polls, std::uint64_t spin_gap_us);
+  int wait_on(Request* r, rdmx_status_t* status, int timeout_ms, CachedClock& clock);
+  // rdmx_worker_destroy in MULTI mode: fails every request, lets waiting threads leave, deletes.
+  static void destroy(Worker* w);
+  // debug::caller_send_context, debug::send_context_counts.
+  int caller_send_context();
+  std::vector<debug::SendContextCounts> send_context_counts();
   void stats(rdmx_stats_t* out) const;
   WrAccount wqp_account() const;
   void dump() const;
@@ -219,7 +271,9 @@ class Worker {
   // size them against the pinning limit and to make them.
   static eager::SrqPool::Params data_pool_params(std::uint8_t c, const Resolved& r) noexcept;
   static eager::SrqPool::Params ctrl_pool_params() noexcept;
-  static eager::SendPool::Params send_pool_params(std::uint16_t thread, const Resolved& r) noexcept;
+  // Context 0 has the full bounce buffers; a MULTI thread's own context 1/kThreadBufferDiv.
+  static eager::SendPool::Params send_pool_params(std::uint16_t thread, const Resolved& r,
+                                                  std::uint32_t descs) noexcept;
   static std::size_t setup_pinned_bytes(const Resolved& r) noexcept;
   // Under a finite locked-memory limit (`ulimit -l`; Debian gives non-root users 8 MiB) lowers
   // res_.srq_depth until setup's buffers fit in 3/4 of it, or throws SetupError naming the limit,
@@ -229,9 +283,35 @@ class Worker {
   // setup()'s steps, in order (setup.cc); each throws SetupError or verbs::Error.
   ibv_device_attr open_port();  // the device, its port, GID and P_Key entry
   void size_queues(const ibv_device_attr& dev);
-  void name_worker();    // uid, instance; the verbose line
-  void create_queues();  // event channel, PD, CQs, receive pools
+  void size_send_contexts(const ibv_device_attr& dev);  // multi_, serial_, send_descs_
+  void name_worker();                                   // uid, instance; the verbose line
+  void create_queues();                                 // event channel, PD, CQs, receive pools
   void create_send_contexts();
+  // MULTI (threads.cc): the worker lock and the caller's context in tx_; with the lock held,
+  // tx_ = the calling thread's context (cached, found, made, or taken over from an exited
+  // thread), or RDMX_ERR_TOO_MANY_THREADS / RDMX_ERR_NO_MEMORY; a context made whole.
+  int lock_caller() noexcept;
+  int enter_caller() noexcept;
+  void add_thread_ctx(pid_t owner);
+  static std::uint64_t next_serial() noexcept;
+  // The registry of live MULTI workers, through which an exiting thread frees its contexts.
+  static void register_multi(Worker* w);
+  static void unregister_multi(Worker* w);
+
+ public:
+  static void release_thread_ctx(Worker& w, std::uint16_t index, pid_t tid);  // at thread exit
+
+ private:
+  // The completion list (and dead peers to report) taken under the lock, run after it.
+  struct Completions {
+    Request* head = nullptr;
+    std::vector<std::uint64_t> failed_uids;
+    rdmx_peer_failure_cb_t failure_cb = nullptr;  // as set when taken (none while closing)
+    void* failure_arg = nullptr;
+  };
+  Completions take_completions();
+  int run_completions(Completions c);
+  int run_completions() { return run_completions(take_completions()); }
   std::unique_ptr<verbs::QueuePair> make_ud_qp(verbs::SharedReceiveQueue& srq, std::uint32_t depth);
   void create_ud_qps();
   void create_segment();  // shared memory for node-local peers (channel/shm_send.cc)
@@ -240,6 +320,7 @@ class Worker {
   void teardown() noexcept;
   // teardown()'s steps, in order (teardown.cc).
   void fail_all_requests(debug::DestroyReport& report);
+  std::uint32_t fail_active();  // every active request completes RDMX_ERR_CANCELED: how many
   void flush_before_close(debug::DestroyReport& report);
   void say_goodbye();
   std::vector<std::pair<verbs::QueuePair*, eager::SendQueue*>> all_qps();
@@ -314,10 +395,10 @@ class Worker {
                                             const void* body, std::size_t body_length,
                                             const void* payload, std::size_t length);
   bool post_ud_ack(Peer& peer);
-  // Posts UD bounce buffer `buf` of class `bcls` (header + payload, `total` bytes) to the
-  // peer's class-`cls` QP: 0, or the errno of SendQueue::post.
-  int post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf, std::size_t total,
-                     bool want_signal);
+  // Posts `pool`'s UD bounce buffer `buf` of class `bcls` (header + payload, `total` bytes) to
+  // the peer's class-`cls` QP: 0, or the errno of SendQueue::post.
+  int post_ud_buffer(eager::SendPool& pool, Peer& peer, int cls, std::uint8_t bcls,
+                     std::uint32_t buf, std::size_t total, bool want_signal);
   bool resend_ud(Peer& peer, std::uint32_t slot);
   // The eager path's steps are forced inline into their few callers (all in the same .cc): in an
   // emulated guest every call and return costs a translated-block lookup. true: posted (or failed),
@@ -345,7 +426,7 @@ class Worker {
   void on_ping(Peer& peer, std::uint8_t op);  // UD: protocol::connect_op::kPing /
                                               // protocol::connect_op::kPong from the control QP
   std::size_t fail_posted_recvs(const Peer* peer, int code);  // nullptr: every posted receive
-  void notify_peer_failures();
+  void notify_peer_failures(const Completions& c);
 
   // --- receive path (recv.cc)
   int poll_cqs();  // both CQs (teardown)
@@ -495,7 +576,6 @@ class Worker {
   void deactivate(Request* r) noexcept;
   // Inlined into every caller: most are per message (an eager send completes as it is posted).
   [[gnu::always_inline]] void complete(Request* r, int code);
-  int run_completions();
 
   rdmx_worker handle_{this};
   rdmx_config_t config_;
@@ -533,7 +613,12 @@ class Worker {
   std::array<std::unique_ptr<eager::SrqPool>, kNumPools> pools_;
   // The memory of every eager ring we give (channel/rc_ring.cc), registered on the first offer.
   std::unique_ptr<eager::RingSlab> ring_slab_;
+  // Send contexts (one, or in MULTI mode one per thread, reserved to max_threads so that tx_
+  // stays valid), the table of their pools that the send queues retire through, and the
+  // context of the thread inside the worker now.
   std::vector<ThreadCtx> threads_;
+  std::vector<eager::SendPool*> pool_table_;
+  ThreadCtx* tx_ = nullptr;
   std::unique_ptr<verbs::QueuePair> ctrl_qp_;
   eager::SendQueue ctrl_sq_;
   std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> ud_qp_;
@@ -592,10 +677,20 @@ class Worker {
   std::uint32_t device_peers_ = 0;      // peers with an address whose channel is the device's
   std::uint32_t rc_credit_window_ = 0;  // update_rc_credit_window
   bool closing_ = false;
-  bool hold_refills_for_test_ = false;  // debug::hold_srq_refills: the data classes' SRQs
-  int failed_code_ = 0;                 // fail_worker: what every request gets from now on
-  std::uint64_t port_down_us_ = 0;      // IBV_EVENT_PORT_ERR seen, no PORT_ACTIVE since
-  std::uint32_t ud_qps_in_error_ = 0;   // bit c: ud_qp_[c]; bit kNumClasses: ctrl_qp_
+  // MULTI mode (threads.cc): set at creation; the worker lock; this worker's serial number (a
+  // thread's cached context names it); threads inside rdmx_request_wait, which destroy lets go.
+  bool multi_ = false;
+  std::mutex lock_;
+  std::uint64_t serial_ = 0;
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> destroying_{false};
+  bool warned_threads_ = false;            // the max_threads message, once
+  std::uint32_t failed_early_ = 0;         // requests destroy() failed before teardown (its report)
+  std::uint32_t send_descs_ = kSendDescs;  // per send context (size_queues)
+  bool hold_refills_for_test_ = false;     // debug::hold_srq_refills: the data classes' SRQs
+  int failed_code_ = 0;                    // fail_worker: what every request gets from now on
+  std::uint64_t port_down_us_ = 0;         // IBV_EVENT_PORT_ERR seen, no PORT_ACTIVE since
+  std::uint32_t ud_qps_in_error_ = 0;      // bit c: ud_qp_[c]; bit kNumClasses: ctrl_qp_
   // Liveness (liveness.cc): a probe found nothing since the last watchdog run (the application
   // waits in a probe loop), and dead peers whose callback has not run yet.
   bool probe_waiting_ = false;
@@ -649,7 +744,7 @@ inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, v
   r->recv.owner = r;
   r->sync_slot = kNoIndex;
   r->rndv = 0;
-  r->thread = 0;
+  r->thread = tx_->index;
   r->status.error = RDMX_INPROGRESS;
 }
 

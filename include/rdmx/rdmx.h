@@ -21,7 +21,22 @@
  * callback completes as soon as its operation does, which for an eager send can be inside the
  * post call: test it right away before spending a progress call on it.
  *
- * Threads: a worker and its endpoints and requests are used by one thread at a time.
+ * Threads (rdmx_config_t.thread_mode, like UCX's UCS_THREAD_MODE_*):
+ *   RDMX_THREAD_MODE_SINGLE      (default) one thread uses the worker, its endpoints and requests;
+ *   RDMX_THREAD_MODE_SERIALIZED  several threads, one at a time: the caller serializes (as MPI's
+ *                                MPI_THREAD_SERIALIZED); rdmx adds nothing to either mode;
+ *   RDMX_THREAD_MODE_MULTI       any thread at any time. rdmx locks the worker around each call
+ *                                (its lock order: transport/README.md, "Threads"), lets one thread
+ *                                poll at a time (a progress call that finds another thread
+ *                                polling returns 0 at once) and runs callbacks with no lock held.
+ *                                Each thread that posts gets a send context of its own (send
+ *                                descriptors and bounce buffers; its index is in every work
+ *                                request's wr_id), up to rdmx_config_t.max_threads at once.
+ * In every mode a request is used by one thread at a time; in MULTI mode a request may be waited
+ * for or tested by a thread other than the one that posted it, and a request without a callback
+ * may be reused once rdmx_request_test reports it done. rdmx_worker_destroy may run while other
+ * threads wait in rdmx_request_wait: their requests fail and they return before it frees the
+ * worker; any other call concurrent with destroy is a use after free.
  */
 #ifndef RDMX_RDMX_H
 #define RDMX_RDMX_H
@@ -48,7 +63,8 @@ typedef enum rdmx_code {
   RDMX_ERR_IO = -9,              /* a verbs operation failed */
   RDMX_ERR_BUSY = -10,           /* object in use (e.g. cancel of a matched request) */
   RDMX_ERR_BAD_ADDRESS = -11,    /* a peer address blob is malformed or of another version */
-  RDMX_ERR_TIMED_OUT = -12       /* a wait ran out of time */
+  RDMX_ERR_TIMED_OUT = -12,      /* a wait ran out of time */
+  RDMX_ERR_TOO_MANY_THREADS = -13 /* MULTI mode: more threads than max_threads use the worker */
 } rdmx_code_t;
 
 /* A static English text for a code, naming the usual cause. Never NULL. */
@@ -61,6 +77,12 @@ typedef enum rdmx_transport {
 } rdmx_transport_t;
 
 #define RDMX_ANY_SOURCE UINT64_MAX
+
+typedef enum rdmx_thread_mode {
+  RDMX_THREAD_MODE_SINGLE = 0,     /* one thread (default) */
+  RDMX_THREAD_MODE_SERIALIZED = 1, /* threads one at a time, serialized by the caller */
+  RDMX_THREAD_MODE_MULTI = 2       /* any thread at any time: rdmx locks */
+} rdmx_thread_mode_t;
 
 /*
  * Configuration. rdmx_config_init() fills defaults; rdmx_config_from_env() then applies the
@@ -144,6 +166,12 @@ typedef struct rdmx_config {
   int rc_timeout;             /* RDMX_RC_TIMEOUT: RC local ACK timeout exponent, 0..31 (default
                                  17: 4.096 us x 2^17 = 0.5 s per try; 0 waits for ever) */
   int rc_retry_cnt;           /* RDMX_RC_RETRY_CNT: RC transport retries, 0..7 (default 7) */
+  rdmx_thread_mode_t thread_mode; /* RDMX_THREAD_MODE=single|serialized|multi (see Threads) */
+  uint32_t max_threads;       /* RDMX_MAX_THREADS: MULTI mode, threads that may use the worker
+                                 at once, each with its own send context, 1..1024 (default 32;
+                                 the device's largest CQ may allow fewer: rdmx_worker_create
+                                 says); a thread that has exited gives its context to the next
+                                 new thread */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);

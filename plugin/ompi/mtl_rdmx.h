@@ -71,8 +71,11 @@ typedef struct mca_mtl_rdmx_endpoint {
 typedef struct mca_mtl_rdmx_module {
   mca_mtl_base_module_t super;
   rdmx_worker_t* worker;
-  /* Serializes rdmx calls when MPI runs with threads (rdmx: one thread at a time per worker).
-   * OPAL_THREAD_LOCK is a no-op otherwise. */
+  /* Under MPI_THREAD_MULTIPLE (rdmx's worker in thread mode multi, which locks itself) this lock
+   * guards the MTL's own state only: the lists below, endpoint creation and the dead processes.
+   * It is never held across an rdmx call that runs callbacks (progress, poll, destroy), since
+   * the callbacks take it; rdmx takes its worker lock inside it (lock order: this lock, then
+   * rdmx's; transport/README.md "Threads"). OPAL_THREAD_LOCK is a no-op without threads. */
   opal_mutex_t lock;
   /* Completions taken from rdmx callbacks, delivered to pml cm after rdmx returns (see
    * mtl_rdmx_module.c). */
@@ -141,8 +144,10 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl);
 int ompi_mtl_rdmx_add_comm(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm);
 int ompi_mtl_rdmx_del_comm(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm);
 int ompi_mtl_rdmx_progress(void);
-/* The endpoint to send to a peer, connecting on first use. NULL after printing why. */
+/* The endpoint to send to a peer, connecting on first use. NULL after printing why. Lock held. */
 rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc);
+/* The same, taking the lock only when the endpoint is not made yet. */
+rdmx_ep_t* ompi_mtl_rdmx_ep_of(struct ompi_proc_t* proc);
 /* rdmx callback for every request: records the status, queues the completion. */
 void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data);
 /* An rdmx error code from a post call as an OMPI error code. */
@@ -153,7 +158,8 @@ void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc);
 /* posted_recvs list; called with the module lock held. */
 void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r);
 void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r);
-/* Queues r's completion with status error (delivered by the next progress); lock held. */
+/* Queues r's completion with status error (delivered by the next progress); lock held (the rdmx
+ * callback is the same without the lock held). */
 void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error);
 
 /* Dead processes (mtl_rdmx_failure.c). The rdmx peer-failure callback: records the uid. */

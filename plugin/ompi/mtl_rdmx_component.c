@@ -392,7 +392,6 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
   uint32_t nprocs;
   int rc;
   (void)enable_progress_threads;
-  (void)enable_mpi_threads; /* the module lock serializes rdmx when MPI uses threads */
 
   rdmx_config_init(&config);
   if (RDMX_OK != rdmx_config_from_env(&config)) {
@@ -405,6 +404,9 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
   if (opal_output_get_verbosity(ompi_mtl_rdmx_output) > config.verbose) {
     config.verbose = opal_output_get_verbosity(ompi_mtl_rdmx_output);
   }
+  /* MPI_THREAD_MULTIPLE: rdmx locks its worker and gives each thread its own send context; the
+   * MTL's lock then guards only the MTL's own lists (mtl_rdmx.h). Otherwise no lock at all. */
+  config.thread_mode = enable_mpi_threads ? RDMX_THREAD_MODE_MULTI : RDMX_THREAD_MODE_SINGLE;
   config.uid = mtl_rdmx_uid_of(&OPAL_PROC_MY_NAME);
   if (0 == config.uid || RDMX_ANY_SOURCE == config.uid) {
     opal_output(0, "mtl rdmx: process name %s gives no usable rdmx uid; rdmx MTL disabled.",

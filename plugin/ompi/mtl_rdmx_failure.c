@@ -14,17 +14,17 @@
  *     failure and go on). Receives from live ranks by name keep working.
  * A process that left cleanly (MPI_Finalize) is not dead: rdmx reports only deaths.
  *
- * The callback runs inside rdmx_worker_progress (module lock held) and only records the uid;
- * ompi_mtl_rdmx_progress calls ompi_mtl_rdmx_handle_peer_failures once rdmx has returned,
- * because cancelling receives means calling rdmx again.
+ * The callback runs from rdmx_worker_progress (with no rdmx lock held, so it may take the
+ * module lock) and only records the uid; ompi_mtl_rdmx_progress calls
+ * ompi_mtl_rdmx_handle_peer_failures once rdmx has returned, because cancelling receives means
+ * calling rdmx again.
  */
 #include <stdlib.h>
 
 #include "mtl_rdmx.h"
 #include "opal/util/output.h"
 
-void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg) {
-  (void)arg;
+static void record_dead(uint64_t uid) {
   if (ompi_mtl_rdmx.dead_count == ompi_mtl_rdmx.dead_capacity) {
     const size_t capacity = 0 == ompi_mtl_rdmx.dead_capacity ? 8 : 2 * ompi_mtl_rdmx.dead_capacity;
     uint64_t* uids = realloc(ompi_mtl_rdmx.dead_uids, capacity * sizeof(*uids));
@@ -38,6 +38,13 @@ void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg) {
     ompi_mtl_rdmx.dead_capacity = capacity;
   }
   ompi_mtl_rdmx.dead_uids[ompi_mtl_rdmx.dead_count++] = uid;
+}
+
+void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg) {
+  (void)arg;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  record_dead(uid);
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
 }
 
 static bool comm_contains(struct ompi_communicator_t* comm, uint64_t uid) {

@@ -6,6 +6,8 @@
  * ompi_mtl_rdmx_progress hands each queued request to pml cm (unpack, status,
  * completion_callback). pml cm may then recycle the request, even repost it from a completion
  * hook, without rdmx still holding its storage, and no rdmx call is ever made from inside rdmx.
+ * Under MPI_THREAD_MULTIPLE the queue is the module lock's (mtl_rdmx.h): the thread whose
+ * progress ran a callback queues it, any thread's progress may deliver it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,11 +210,15 @@ static void fail_posted_recvs(uint64_t uid) {
 void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
   mca_mtl_rdmx_endpoint_t* e =
       NULL != proc ? proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] : NULL;
-  if (NULL == e || e->unreachable) {
+  if (NULL == e) {
+    return;
+  }
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  if (e->unreachable) {
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     return;
   }
   e->unreachable = true;
-  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   if (NULL != ompi_mtl_rdmx.worker) {
     fail_posted_recvs(mtl_rdmx_uid_of(&proc->super.proc_name));
   }
@@ -247,9 +253,11 @@ rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc) {
   if (OPAL_LIKELY(NULL != e->ep)) {
     return e->ep;
   }
-  rc = rdmx_ep_create(ompi_mtl_rdmx.worker, e->address, e->address_length, &e->ep);
+  rdmx_ep_t* ep = NULL;
+  rc = rdmx_ep_create(ompi_mtl_rdmx.worker, e->address, e->address_length, &ep);
+  /* Published whole: ompi_mtl_rdmx_ep_of reads it without the lock. */
+  __atomic_store_n(&e->ep, RDMX_OK == rc ? ep : NULL, __ATOMIC_RELEASE);
   if (RDMX_OK != rc) {
-    e->ep = NULL;
     opal_output(0, "mtl rdmx: cannot connect to process %s on %s: %s",
                 OPAL_NAME_PRINT(proc->super.proc_name),
                 NULL != proc->super.proc_hostname ? proc->super.proc_hostname : "?",
@@ -257,6 +265,17 @@ rdmx_ep_t* ompi_mtl_rdmx_get_ep(struct ompi_proc_t* proc) {
     return NULL;
   }
   return e->ep;
+}
+
+rdmx_ep_t* ompi_mtl_rdmx_ep_of(struct ompi_proc_t* proc) {
+  const mca_mtl_rdmx_endpoint_t* e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+  rdmx_ep_t* ep = NULL != e ? __atomic_load_n(&e->ep, __ATOMIC_ACQUIRE) : NULL;
+  if (OPAL_UNLIKELY(NULL == ep)) {
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    ep = ompi_mtl_rdmx_get_ep(proc);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  }
+  return ep;
 }
 
 /* ---- communicators ------------------------------------------------------------------------- */
@@ -285,9 +304,8 @@ int ompi_mtl_rdmx_del_comm(struct mca_mtl_base_module_t* mtl, struct ompi_commun
 
 /* ---- completion ---------------------------------------------------------------------------- */
 
-void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data) {
-  mca_mtl_rdmx_request_t* r = user_data;
-  (void)request;
+/* Lock held. */
+static void queue_done(mca_mtl_rdmx_request_t* r, const rdmx_status_t* status) {
   r->status = *status;
   ompi_mtl_rdmx_posted_unlink(r);
   r->next_done = NULL;
@@ -299,9 +317,16 @@ void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status
   ompi_mtl_rdmx.done_tail = r;
 }
 
+void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data) {
+  (void)request;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  queue_done(user_data, status);
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+}
+
 void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error) {
   rdmx_status_t s = {.error = error, .tag = 0, .source = r->source_uid, .length = 0};
-  ompi_mtl_rdmx_callback(&r->rdmx, &s, r);
+  queue_done(r, &s);
 }
 
 static int mpi_error_of(const rdmx_status_t* s) {
@@ -382,10 +407,10 @@ int ompi_mtl_rdmx_progress(void) {
   mca_mtl_rdmx_request_t* r;
   int events;
   int completed = 0;
+  bool dead_news;
   if (OPAL_UNLIKELY(NULL == ompi_mtl_rdmx.worker)) {
     return 0;
   }
-  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   /* pml cm's waits spin on opal_progress, which costs more than an idle rdmx poll (its other
    * callbacks, and every 8th call a clock read: a system call where the clocksource is hpet).
    * A call that comes right after an idle one is such a turn: while nothing happens it polls
@@ -398,19 +423,21 @@ int ompi_mtl_rdmx_progress(void) {
                                 ? 1
                                 : ompi_mtl_rdmx_params.progress_polls,
                             MTL_RDMX_SPIN_GAP_US);
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   r = ompi_mtl_rdmx.done_head;
   ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
+  dead_news = ompi_mtl_rdmx.dead_handled != ompi_mtl_rdmx.dead_count;
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   /* A long wait yields the CPU, which a software device's kernel work needs (rdmx_worker_idle). */
   if (ompi_mtl_rdmx_params.yield_after_us >= 0) {
     rdmx_worker_idle(ompi_mtl_rdmx.worker, (events > 0 || NULL != r) ? 1 : 0,
                      (uint32_t)ompi_mtl_rdmx_params.yield_after_us);
   }
-  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
-  if (OPAL_UNLIKELY(ompi_mtl_rdmx.dead_handled != ompi_mtl_rdmx.dead_count)) {
+  if (OPAL_UNLIKELY(dead_news)) {
     ompi_mtl_rdmx_handle_peer_failures(); /* mtl_rdmx_failure.c: calls rdmx, so not inside it */
   }
-  if (OPAL_UNLIKELY(events < 0) && !ompi_mtl_rdmx.warned_progress) {
-    ompi_mtl_rdmx.warned_progress = true;
+  if (OPAL_UNLIKELY(events < 0) &&
+      !__atomic_exchange_n(&ompi_mtl_rdmx.warned_progress, true, __ATOMIC_RELAXED)) {
     opal_output(0, "mtl rdmx: progress failed: %s", rdmx_strerror(events));
   }
   while (NULL != r) {
@@ -434,11 +461,14 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
   while (NULL != ompi_mtl_rdmx.endpoints) {
     endpoint_free(ompi_mtl_rdmx.endpoints);
   }
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   if (NULL != ompi_mtl_rdmx.worker) {
-    /* Fails what is still active; those callbacks only queue onto done_head. */
+    /* Fails what is still active; those callbacks only queue onto done_head (taking the lock,
+     * which is why it is not held here). */
     rdmx_worker_destroy(ompi_mtl_rdmx.worker);
     ompi_mtl_rdmx.worker = NULL;
   }
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   /* Requests nobody waited for: pml cm is going away, release only what is ours. */
   for (r = ompi_mtl_rdmx.done_head; NULL != r; r = r->next_done) {
     if (r->free_buffer) {

@@ -232,10 +232,8 @@ int ompi_mtl_rdmx_imrecv(struct mca_mtl_base_module_t* mtl, struct opal_converto
   req->posted = false; /* matched already: never failed for its source */
   req->peer_failed = false;
   for (;;) {
-    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
     rc = rdmx_tag_msg_recv(ompi_mtl_rdmx.worker, m, start, length, &req->rdmx,
                            ompi_mtl_rdmx_callback, req);
-    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
       break;
     }
@@ -259,9 +257,7 @@ int ompi_mtl_rdmx_cancel(struct mca_mtl_base_module_t* mtl, mca_mtl_request_t* m
   if (MCA_MTL_RDMX_REQ_RECV != req->kind) {
     return OMPI_SUCCESS; /* sends are not cancelled: the request completes normally */
   }
-  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   rc = rdmx_request_cancel(ompi_mtl_rdmx.worker, &req->rdmx);
-  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   /* RDMX_OK: it completes with RDMX_ERR_CANCELED (_cancelled = true) on the next progress.
    * RDMX_ERR_BUSY: already matched (or done); it completes normally, not cancelled. */
   if (RDMX_OK != rc && RDMX_ERR_BUSY != rc) {

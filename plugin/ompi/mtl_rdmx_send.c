@@ -39,15 +39,13 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
   req->posted = false; /* pml cm recycles requests: never in the receive list as a send */
 
   for (;;) {
-    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-    ep = ompi_mtl_rdmx_get_ep(proc);
+    ep = ompi_mtl_rdmx_ep_of(proc);
     rc =
         (NULL == ep)
             ? RDMX_ERR_UNREACHABLE
             : rdmx_tag_send(
                   ep, start, length, rtag, flags, &req->rdmx,
                   MCA_MTL_RDMX_REQ_BLOCKING_SEND == req->kind ? NULL : ompi_mtl_rdmx_callback, req);
-    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
       break;
     }
@@ -90,9 +88,7 @@ int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicat
   /* No callback: an eager send is done when rdmx_tag_send returns (rdmx took the data), so
    * MPI_Send returns without a progress call. Bounded: a peer that died fails the request. */
   for (;;) {
-    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-    rc = rdmx_request_test(&req.rdmx, &req.status);
-    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+    rc = rdmx_request_test(&req.rdmx, &req.status); /* no lock: rdmx reads the state atomically */
     if (RDMX_INPROGRESS != rc) {
       break;
     }

@@ -25,6 +25,9 @@ std::string shown(const char* v) {
 std::string shown(rdmx_transport_t v) {
   return rdmx::transport::transport_name(v);
 }
+std::string shown(rdmx_thread_mode_t v) {
+  return rdmx::transport::thread_mode_name(v);
+}
 std::string shown(double v) {
   char s[32];
   std::snprintf(s, sizeof(s), "%g", v);

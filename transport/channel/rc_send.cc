@@ -54,7 +54,7 @@ bool Worker::post_rc_ack(Peer& peer) {
   h.flags = protocol::kFlagAckValid;
   h.ack = grant_credits(peer);
   stamp_ring_ack(peer, h);
-  eager::SendPool& pool = *threads_[0].send;
+  eager::SendPool& pool = *tx_->send;
   // The reserve: a grant must go out even when data fills the send queue, or both sides could
   // wait for each other's credits.
   eager::SendQueue::Post post{
@@ -91,7 +91,7 @@ bool Worker::post_rc_flush(Peer& peer, int cls) {
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.num_sge = 0;
   const int rc = peer.rc.sq[cls].post(
-      *threads_[0].send, wr,
+      *tx_->send, wr,
       eager::SendQueue::Post{.kind = protocol::WrKind::kControl,
                              .want_signal = true,
                              .peer = &peer,  // its completion is progress for the watchdog
@@ -124,7 +124,7 @@ inline Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, co
   if (RcChannel::stream_full(peer) || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
-  eager::SendPool& pool = *threads_[0].send;
+  eager::SendPool& pool = *tx_->send;
   h.seq = peer.rc.guard->next();
   // Every RC message repeats our credit grant for the reverse direction, and carries a grant
   // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring

@@ -17,27 +17,37 @@ namespace {
 // UD resend slots: what the send window (protocol::SendWindow) keeps per unacknowledged message
 // to resend it. In memory only, never on the wire:
 //
-//  bit 31     26   25         24      23                       0
-//      +--------+-----------+-----------+-------------------------+
-//      |   0    | dst class | buf class |   bounce buffer index   |
-//      +--------+-----------+-----------+-------------------------+
+//  bit 31  30 29            18   17          16          15                 0
+//      +------+----------------+-----------+-----------+--------------------+
+//      |  0   |     thread     | dst class | buf class | bounce buffer index|
+//      +------+----------------+-----------+-----------+--------------------+
 //
-// dst class: which UD QP (the receiver's size class); buf class: which of our bounce buffer
-// classes holds the bytes.
-static_assert(kSendSmallBuffers <= (1u << 24) && kSendLargeBuffers <= (1u << 24) &&
-              kNumClasses <= 2);
-constexpr std::uint32_t ud_slot(std::uint8_t buf_class, std::uint32_t buf, int dst_class) {
-  return buf | (std::uint32_t{buf_class} << 24) | (static_cast<std::uint32_t>(dst_class) << 25);
+// thread: the send context whose pool holds the bytes (a resend, an ack or a teardown may come
+// from another thread's call); dst class: which UD QP (the receiver's size class); buf class:
+// which of that pool's bounce buffer classes.
+static_assert(kSendSmallBuffers <= (1u << 16) && kSendLargeBuffers <= (1u << 16) &&
+              kNumClasses <= 2 && kMaxThreads <= (1u << 12));
+constexpr std::uint32_t ud_slot(std::uint8_t buf_class, std::uint32_t buf, int dst_class,
+                                std::uint16_t thread) {
+  return buf | (std::uint32_t{buf_class} << 16) | (static_cast<std::uint32_t>(dst_class) << 17) |
+         (std::uint32_t{thread} << 18);
 }
 constexpr std::uint32_t ud_slot_buf(std::uint32_t slot) {
-  return slot & 0xffffff;
+  return slot & 0xffff;
 }
 constexpr std::uint8_t ud_slot_buf_class(std::uint32_t slot) {
-  return (slot >> 24) & 1;
+  return (slot >> 16) & 1;
 }
 constexpr int ud_slot_dst_class(std::uint32_t slot) {
-  return static_cast<int>((slot >> 25) & 1);
+  return static_cast<int>((slot >> 17) & 1);
 }
+constexpr std::uint16_t ud_slot_thread(std::uint32_t slot) {
+  return static_cast<std::uint16_t>((slot >> 18) & 0xfff);
+}
+static_assert(ud_slot_thread(ud_slot(1, 0xffff, 1, 4095)) == 4095 &&
+              ud_slot_buf(ud_slot(1, 0xffff, 1, 4095)) == 0xffff &&
+              ud_slot_dst_class(ud_slot(0, 0, 1, 0)) == 1 &&
+              ud_slot_buf_class(ud_slot(1, 0, 0, 0)) == 1);
 
 }  // namespace
 
@@ -51,7 +61,7 @@ inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, co
   if (UdChannel::stream_full(peer) || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
-  eager::SendPool& pool = *threads_[0].send;
+  eager::SendPool& pool = *tx_->send;
   const std::uint8_t bcls = wire <= res_.small_buf ? 0 : 1;
   std::uint32_t buf = 0;
   if (!pool.alloc_buffer(bcls, &buf)) [[unlikely]] {
@@ -75,7 +85,7 @@ inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, co
     std::memcpy(data + protocol::kHeaderSize + body_length, payload, length);
   }
   // Signalled when bounce buffers run low, so completions retire the unsignalled WRs before it.
-  const int rc = post_ud_buffer(peer, cls, bcls, buf, protocol::kHeaderSize + wire,
+  const int rc = post_ud_buffer(pool, peer, cls, bcls, buf, protocol::kHeaderSize + wire,
                                 pool.free_buffers(bcls) < pool.buffer_count(bcls) / 4);
   if (rc != 0) [[unlikely]] {
     pool.release_unused(bcls, buf);
@@ -86,15 +96,14 @@ inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, co
     return PostResult::kFailed;
   }
   pool.retain(bcls, buf);
-  (void)win.on_send(h.seq, ud_slot(bcls, buf, cls), now_us());
+  (void)win.on_send(h.seq, ud_slot(bcls, buf, cls, pool.thread()), now_us());
   peer.ud.ack->on_ack_sent();
   list_ud_timer(peer);
   return PostResult::kPosted;
 }
 
-int Worker::post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t buf,
-                           std::size_t total, bool want_signal) {
-  eager::SendPool& pool = *threads_[0].send;
+int Worker::post_ud_buffer(eager::SendPool& pool, Peer& peer, int cls, std::uint8_t bcls,
+                           std::uint32_t buf, std::size_t total, bool want_signal) {
   ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(pool.buffer(bcls, buf)),
               .length = static_cast<std::uint32_t>(total),
               .lkey = pool.lkey()};
@@ -117,7 +126,7 @@ int Worker::post_ud_buffer(Peer& peer, int cls, std::uint8_t bcls, std::uint32_t
 bool Worker::send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::size_t length,
                                debug::Raw how) {
   Peer* p = find_peer(peer_uid);
-  eager::SendPool& pool = *threads_[0].send;
+  eager::SendPool& pool = *tx_->send;
   if (!ud_mode_ || p == nullptr || p->state != PeerState::kConnected || !p->ah ||
       length > pool.buffer_capacity(0) ||
       (how != debug::Raw::kAsIs && length < protocol::kHeaderSize)) {
@@ -141,7 +150,7 @@ bool Worker::send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::s
     h.seq = protocol::seq_add(p->ud.tx->next_seq(), h.seq);
     protocol::store_wire(data, h);
   }
-  if (post_ud_buffer(*p, 0, 0, buf, length, /*want_signal=*/false) != 0) {
+  if (post_ud_buffer(pool, *p, 0, 0, buf, length, /*want_signal=*/false) != 0) {
     pool.release_unused(0, buf);
     return false;
   }
@@ -149,7 +158,7 @@ bool Worker::send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::s
 }
 
 bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
-  eager::SendPool& pool = *threads_[0].send;
+  eager::SendPool& pool = *threads_[ud_slot_thread(slot)].send;  // the bytes' pool
   const std::uint8_t bcls = ud_slot_buf_class(slot);
   const std::uint32_t buf = ud_slot_buf(slot);
   const int cls = ud_slot_dst_class(slot);
@@ -164,7 +173,7 @@ bool Worker::resend_ud(Peer& peer, std::uint32_t slot) {
   const std::size_t total = protocol::kHeaderSize +
                             protocol::body_size(static_cast<protocol::MsgKind>(h.kind)) +
                             h.payload_length;
-  if (post_ud_buffer(peer, cls, bcls, buf, total, /*want_signal=*/false) != 0) {
+  if (post_ud_buffer(pool, peer, cls, bcls, buf, total, /*want_signal=*/false) != 0) {
     return false;
   }
   ++stat_ud_retransmits_;
@@ -177,7 +186,7 @@ bool Worker::post_ud_ack(Peer& peer) {
   h.src_ep = peer.remote_index;
   h.flags = protocol::kFlagAckValid;
   h.ack = peer.rx->cumulative_ack();
-  eager::SendPool& pool = *threads_[0].send;
+  eager::SendPool& pool = *tx_->send;
   eager::SendQueue::Post post{.kind = protocol::WrKind::kControl};
   ibv_sge sge{};
   ibv_send_wr wr{};
@@ -254,10 +263,9 @@ void Worker::run_ud_timers(std::uint64_t now) {
 }
 
 void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
-  eager::SendPool& pool = *threads_[0].send;
   std::uint32_t freed = 0;
   (void)peer.ud.tx->on_ack(ack, now, [&](protocol::Seq, std::uint32_t slot) {
-    pool.unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
+    threads_[ud_slot_thread(slot)].send->unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
     ++freed;
   });
   if (freed != 0) {
@@ -274,9 +282,8 @@ void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
 }
 
 void Worker::release_ud_window(Peer& peer) {
-  eager::SendPool& pool = *threads_[0].send;
   peer.ud.tx->drain([&](protocol::Seq, std::uint32_t slot) {
-    pool.unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
+    threads_[ud_slot_thread(slot)].send->unretain(ud_slot_buf_class(slot), ud_slot_buf(slot));
   });
 }
 

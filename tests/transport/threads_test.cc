@@ -1,0 +1,283 @@
+// Thread mode multi (rdmx.h, "Threads"; transport/threads.cc): each thread posts through its own
+// send context, whose index is in the wr_id and routes the completions back to it whichever
+// thread polls them; waits from a thread other than the poster; the bound on threads and the
+// reuse of an exited thread's context; destroy while threads wait.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmx/rdmx.h"
+#include "tests/guest/support/guest_env.h"
+#include "tests/transport/support/procs.h"
+#include "transport/debug.h"
+
+namespace rdmx::test {
+namespace {
+
+constexpr int kThreads = 4;
+constexpr int kMsgs = 400;
+
+std::uint8_t pattern(int thread, int i, std::size_t at) {
+  return static_cast<std::uint8_t>(thread * 31 + i * 7 + at * 13 + (at >> 9));
+}
+
+// Mostly eager sizes of both classes, a rendezvous one every 64th, an Ssend every 16th.
+std::size_t size_of(int thread, int i) {
+  return i % 64 == 63 ? 70000 : static_cast<std::size_t>((i * 37 + thread * 101) % 3000);
+}
+
+std::uint64_t tag_of(int thread, int i) {
+  return (std::uint64_t(thread + 1) << 32) | static_cast<std::uint32_t>(i);
+}
+constexpr std::uint64_t kExact = ~std::uint64_t{0};
+// Messages rank 1's main thread posts receives for, waited on by its worker threads.
+std::uint64_t handoff_tag(int thread) {
+  return (std::uint64_t{0xff} << 32) | static_cast<std::uint32_t>(thread);
+}
+
+// Through the device (both ranks are on one node), and without coalescing: a packed message
+// leaves in the WR of whichever thread's send or progress flushes the batch, which would blur
+// whose context posted what.
+void multi(rdmx_config_t& c) {
+  c.thread_mode = RDMX_THREAD_MODE_MULTI;
+  c.coalesce = 0;
+  c.shm = 0;
+}
+
+void sender(Rank& rank, Session& s, int t, int* context) {
+  rdmx_worker_t* const w = s.worker;
+  *context = transport::debug::caller_send_context(w);
+  std::vector<std::uint8_t> buf(70000);
+  for (int i = 0; i <= kMsgs; ++i) {
+    const bool last = i == kMsgs;  // the hand-off message
+    const std::size_t n = last ? 8 : size_of(t, i);
+    for (std::size_t k = 0; k < n; ++k) {
+      buf[k] = pattern(t, i, k);
+    }
+    rdmx_request_t req;
+    const unsigned flags = i % 16 == 5 ? unsigned{RDMX_SEND_SYNC} : 0u;
+    RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], buf.data(), n, last ? handoff_tag(t) : tag_of(t, i),
+                                      flags, &req, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "threaded send"));
+  }
+}
+
+void receiver(Rank& rank, Session& s, int t, rdmx_request_t* handed, std::uint8_t* handed_buf) {
+  rdmx_worker_t* const w = s.worker;
+  std::vector<std::uint8_t> buf(70000);
+  for (int i = 0; i < kMsgs; ++i) {
+    rdmx_request_t req;
+    rdmx_status_t st{};
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0], tag_of(t, i), kExact,
+                                      &req, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "threaded receive"));
+    RDMX_CHECK_EQ(rank, st.length, size_of(t, i));
+    RDMX_CHECK_EQ(rank, st.source, s.uids[0]);
+    for (std::size_t k = 0; k < st.length; ++k) {
+      if (buf[k] != pattern(t, i, k)) {
+        rank.fail(__FILE__, __LINE__,
+                  "thread " + std::to_string(t) + " message " + std::to_string(i) + " byte " +
+                      std::to_string(k) + " differs");
+      }
+    }
+  }
+  // A receive the main thread posted, waited for here.
+  rdmx_status_t st{};
+  RDMX_CHECK_OK(rank, wait_request(rank, w, handed, &st, "handed-off receive"));
+  RDMX_CHECK_EQ(rank, st.length, 8u);
+  for (std::size_t k = 0; k < 8; ++k) {
+    RDMX_CHECK_EQ(rank, handed_buf[k], pattern(t, kMsgs, k));
+  }
+}
+
+// A lone worker (no peer) in `mode`.
+rdmx_worker_t* lone_worker(Rank& rank, rdmx_thread_mode_t mode, std::uint32_t max_threads = 32) {
+  rdmx_config_t cfg = test_config(devices()[0], RDMX_TRANSPORT_RC);
+  cfg.thread_mode = mode;
+  cfg.max_threads = max_threads;
+  rdmx_worker_t* w = nullptr;
+  RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &w));
+  return w;
+}
+
+class ThreadsTest : public ::testing::TestWithParam<rdmx_transport_t> {};
+
+TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
+  RDMX_REQUIRE_DEVICE();
+  const rdmx_transport_t transport = GetParam();
+  ASSERT_TRUE(run_ranks(
+      2,
+      [&](Rank& rank) {
+        Session s = open_session(rank, device_for(rank.rank(), false), transport, multi);
+        quiesce(rank, s);  // connected: no send queues behind the handshake (progress posts those)
+        std::vector<std::thread> threads;
+        if (rank.rank() == 0) {
+          std::vector<int> contexts(kThreads, -1);
+          for (int t = 0; t < kThreads; ++t) {
+            threads.emplace_back(sender, std::ref(rank), std::ref(s), t, &contexts[t]);
+          }
+          for (auto& th : threads) {
+            th.join();
+          }
+          quiesce(rank, s);
+          // Four threads, four contexts besides the main thread's (0), each its own.
+          const std::set<int> distinct(contexts.begin(), contexts.end());
+          RDMX_CHECK_EQ(rank, distinct.size(), static_cast<std::size_t>(kThreads));
+          RDMX_CHECK(rank, *distinct.begin() >= 1);
+          const auto counts = transport::debug::send_context_counts(s.worker);
+          RDMX_CHECK(rank, counts.size() >= static_cast<std::size_t>(kThreads) + 1);
+          for (const int c : contexts) {
+            const auto& k = counts[static_cast<std::size_t>(c)];
+            std::fprintf(stderr, "context %d: posted %llu retired %llu routed %llu\n", c,
+                         static_cast<unsigned long long>(k.posted),
+                         static_cast<unsigned long long>(k.retired),
+                         static_cast<unsigned long long>(k.routed));
+            // The thread's messages went out with its index (small standard sends posted back to
+            // back may share a packet: coalescing). With the thread field always 0 every count
+            // would be context 0's.
+            RDMX_CHECK(rank, k.posted >= static_cast<std::uint64_t>(kMsgs / 16));
+            // Its signalled completions came back to it (at least every 32nd WR, every Ssend and
+            // rendezvous write), and its descriptors were retired into its own pool, but for
+            // unsignalled ones a later completion will retire.
+            RDMX_CHECK(rank, k.routed >= k.posted / 32);
+            RDMX_CHECK(rank, k.retired + 4 * 32 >= k.posted);
+          }
+          rdmx_stats_t st{};
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
+          RDMX_CHECK_EQ(rank, st.send_contexts, counts.size());
+        } else {
+          std::vector<rdmx_request_t> handed(kThreads);
+          std::vector<std::array<std::uint8_t, 64>> bufs(kThreads);
+          for (int t = 0; t < kThreads; ++t) {
+            RDMX_CHECK_OK(rank,
+                          rdmx_tag_recv(s.worker, bufs[t].data(), bufs[t].size(), s.uids[0],
+                                        handoff_tag(t), kExact, &handed[t], nullptr, nullptr));
+          }
+          for (int t = 0; t < kThreads; ++t) {
+            threads.emplace_back(receiver, std::ref(rank), std::ref(s), t, &handed[t],
+                                 bufs[t].data());
+          }
+          for (auto& th : threads) {
+            th.join();
+          }
+          quiesce(rank, s);
+        }
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(240)}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ThreadsTest,
+                         ::testing::Values(RDMX_TRANSPORT_RC, RDMX_TRANSPORT_UD),
+                         [](const ::testing::TestParamInfo<rdmx_transport_t>& p) {
+                           return std::string(p.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud");
+                         });
+
+// Past max_threads a call fails, naming the cause; a thread that has exited gives its context to
+// the next new one.
+TEST(Threads, BoundedContextsAreReusedAfterAThreadExits) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
+    // max_threads 3: the main thread's context and two more.
+    rdmx_worker_t* w = lone_worker(rank, RDMX_THREAD_MODE_MULTI, 3);
+    RDMX_CHECK_EQ(rank, transport::debug::caller_send_context(w), 0);
+    std::atomic<int> release{0};
+    int a = -1, b = -1;
+    std::thread ta([&] {
+      a = transport::debug::caller_send_context(w);
+      while (release.load() < 1) {
+        std::this_thread::yield();
+      }
+    });
+    std::thread tb([&] {
+      b = transport::debug::caller_send_context(w);
+      while (release.load() < 2) {
+        std::this_thread::yield();
+      }
+    });
+    while (a < 0 || b < 0) {
+      std::this_thread::yield();
+    }
+    RDMX_CHECK(rank, a >= 1 && b >= 1 && a != b);
+    int c = 0, recv_rc = 0;
+    std::thread([&] {
+      c = transport::debug::caller_send_context(w);
+      std::uint8_t byte = 0;
+      rdmx_request_t req;
+      recv_rc = rdmx_tag_recv(w, &byte, 1, RDMX_ANY_SOURCE, 7, kExact, &req, nullptr, nullptr);
+    }).join();
+    RDMX_CHECK_EQ(rank, c, RDMX_ERR_TOO_MANY_THREADS);
+    RDMX_CHECK_EQ(rank, recv_rc, RDMX_ERR_TOO_MANY_THREADS);
+    release.store(1);
+    ta.join();  // a's context is free from now
+    int d = -1;
+    std::thread([&] { d = transport::debug::caller_send_context(w); }).join();
+    RDMX_CHECK_EQ(rank, d, a);
+    release.store(2);
+    tb.join();
+    rdmx_worker_destroy(w);
+  }));
+}
+
+// Threads blocked in rdmx_request_wait when the worker is destroyed: their requests fail and they
+// return; destroy frees the worker only once they have.
+TEST(Threads, DestroyReleasesThreadsBlockedInWaits) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
+    rdmx_worker_t* w = lone_worker(rank, RDMX_THREAD_MODE_MULTI);
+    std::vector<rdmx_request_t> reqs(kThreads);
+    std::vector<std::uint8_t> bytes(kThreads);
+    std::vector<int> rcs(kThreads, 1);
+    std::vector<rdmx_status_t> sts(kThreads);
+    std::atomic<int> posted{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        if (rdmx_tag_recv(w, &bytes[t], 1, RDMX_ANY_SOURCE, 1000 + t, kExact, &reqs[t], nullptr,
+                          nullptr) != RDMX_OK) {
+          rcs[t] = -100;
+          posted.fetch_add(1);
+          return;
+        }
+        posted.fetch_add(1);
+        rcs[t] = rdmx_request_wait(w, &reqs[t], &sts[t], -1);  // nothing will ever match
+      });
+    }
+    while (posted.load() < kThreads) {
+      std::this_thread::yield();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into their waits
+    const auto t0 = std::chrono::steady_clock::now();
+    rdmx_worker_destroy(w);
+    for (auto& th : threads) {
+      th.join();
+    }
+    for (int t = 0; t < kThreads; ++t) {
+      RDMX_CHECK_EQ(rank, rcs[t], RDMX_ERR_CANCELED);
+    }
+    RDMX_CHECK(rank, seconds_since(t0) < 10.0);
+  }));
+}
+
+// The other modes take no lock and keep one send context, whatever thread calls.
+TEST(Threads, SerializedModeKeepsOneContext) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
+    rdmx_worker_t* w = lone_worker(rank, RDMX_THREAD_MODE_SERIALIZED);
+    int other = -1;
+    std::thread([&] { other = transport::debug::caller_send_context(w); }).join();
+    RDMX_CHECK_EQ(rank, other, 0);
+    RDMX_CHECK_EQ(rank, transport::debug::send_context_counts(w).size(), 1u);
+    rdmx_worker_destroy(w);
+  }));
+}
+
+}  // namespace
+}  // namespace rdmx::test

@@ -1,0 +1,259 @@
+// RDMX_THREAD_MODE_MULTI (rdmx.h, "Threads"): the worker lock, each calling thread's send
+// context, and progress, waits and destroy from any thread. SINGLE and SERIALIZED never get here
+// past a test of multi_.
+//
+// Lock order. rdmx has one lock per worker, held only inside an rdmx call:
+//   a host's own locks (the Open MPI MTL's list lock)  ->  the worker lock
+// rdmx never calls the host with it held: request and peer-failure callbacks run after
+// progress_any, wait or destroy released it (take_completions under the lock, run_completions
+// after). A host may therefore take its own locks in a callback and hold them across rdmx calls.
+//
+// Send contexts. A thread's first call makes it a ThreadCtx (its send descriptors and bounce
+// buffers, send_descs_ descriptors); its index is the thread field of every wr_id it posts and of
+// its Ssend cookies. Whichever thread polls a send completion routes it by that field
+// (on_send_completion), and a send queue's FIFO names each descriptor's pool (send_queue.h), so
+// descriptors of several threads may share a QP. threads_ is reserved to max_threads at setup:
+// a context never moves while tx_ points at it. A thread that exits frees its contexts (a
+// thread_local destructor, through the registry of live MULTI workers) for the next new thread.
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "transport/worker.h"
+#include "verbs/error.h"
+
+namespace rdmx::transport {
+
+namespace {
+
+// The context this thread used last, and in which worker (a serial: a freed worker's address may
+// be reused).
+struct CachedCtx {
+  std::uint64_t serial = 0;
+  std::uint16_t index = 0;
+};
+thread_local CachedCtx t_ctx;
+std::atomic<std::uint64_t> g_serial{1};
+
+pid_t self_tid() noexcept {
+  static thread_local const auto tid = static_cast<pid_t>(syscall(SYS_gettid));
+  return tid;
+}
+
+// Live MULTI workers by serial, so that an exiting thread can give its contexts back to those
+// still there. Lock order: this mutex, then a worker lock. Never destroyed (threads may exit
+// after static destructors ran).
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<std::uint64_t, Worker*> workers;
+};
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
+}
+
+// The contexts this thread holds; its destructor (at thread exit) frees them.
+struct HeldContexts {
+  std::vector<std::pair<std::uint64_t, std::uint16_t>> held;  // (worker serial, index)
+  ~HeldContexts() {
+    if (held.empty()) {
+      return;
+    }
+    Registry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    for (const auto& [serial, index] : held) {
+      if (const auto it = r.workers.find(serial); it != r.workers.end()) {
+        Worker::release_thread_ctx(*it->second, index, self_tid());
+      }
+    }
+  }
+};
+thread_local HeldContexts t_held;
+
+}  // namespace
+
+std::uint64_t Worker::next_serial() noexcept {
+  return g_serial.fetch_add(1, std::memory_order_relaxed);
+}
+
+int Worker::lock_caller() noexcept {
+  lock_.lock();
+  const int rc = enter_caller();
+  if (rc != RDMX_OK) [[unlikely]] {
+    lock_.unlock();
+  }
+  return rc;
+}
+
+int Worker::enter_caller() noexcept {
+  if (t_ctx.serial == serial_) [[likely]] {
+    tx_ = &threads_[t_ctx.index];
+    return RDMX_OK;
+  }
+  const pid_t me = self_tid();
+  ThreadCtx* found = nullptr;
+  for (ThreadCtx& tc : threads_) {
+    if (tc.owner == me) {
+      found = &tc;
+      break;
+    }
+  }
+  if (found == nullptr && threads_.size() < res_.max_threads) {
+    try {
+      add_thread_ctx(me);
+      found = &threads_.back();
+    } catch (const verbs::Error& e) {
+      std::fprintf(stderr,
+                   "rdmx: a new thread's send context could not be made: %s (its bounce buffers "
+                   "are registered memory: raise the locked-memory limit, ulimit -l)\n",
+                   e.what());
+      return RDMX_ERR_NO_MEMORY;
+    } catch (const std::bad_alloc&) {
+      return RDMX_ERR_NO_MEMORY;
+    }
+  }
+  if (found == nullptr) {
+    for (ThreadCtx& tc : threads_) {
+      if (tc.owner == 0) {  // its thread has exited (release_thread_ctx)
+        tc.owner = me;
+        found = &tc;
+        break;
+      }
+    }
+  }
+  if (found == nullptr) {
+    if (!warned_threads_) {
+      warned_threads_ = true;
+      std::fprintf(stderr,
+                   "rdmx: more than %u threads use worker %016llx at once (thread mode multi): "
+                   "their calls fail with RDMX_ERR_TOO_MANY_THREADS; raise RDMX_MAX_THREADS "
+                   "(Open MPI: mtl_rdmx_max_threads)\n",
+                   res_.max_threads, static_cast<unsigned long long>(uid_));
+    }
+    return RDMX_ERR_TOO_MANY_THREADS;
+  }
+  t_ctx = CachedCtx{.serial = serial_, .index = found->index};
+  tx_ = found;
+  try {
+    t_held.held.emplace_back(serial_, found->index);
+  } catch (const std::bad_alloc&) {
+    // Kept for the rest of the thread's life: only a new thread past max_threads pays.
+  }
+  return RDMX_OK;
+}
+
+void Worker::release_thread_ctx(Worker& w, std::uint16_t index, pid_t tid) {
+  const std::lock_guard<std::mutex> held(w.lock_);
+  if (index < w.threads_.size() && w.threads_[index].owner == tid) {
+    w.threads_[index].owner = 0;  // its descriptors still retire into it; the next thread posts
+  }
+}
+
+void Worker::register_multi(Worker* w) {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.workers[w->serial_] = w;
+}
+
+void Worker::unregister_multi(Worker* w) {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.workers.erase(w->serial_);
+}
+
+void Worker::create_send_contexts() {
+  // Context 0 now, for the creating thread; MULTI makes the others on first use.
+  threads_.reserve(res_.max_threads);
+  pool_table_.reserve(res_.max_threads);
+  add_thread_ctx(self_tid());
+  tx_ = &threads_[0];
+}
+
+void Worker::add_thread_ctx(pid_t owner) {
+  // Made whole before it joins threads_, so that a failure leaves nothing half-made.
+  ThreadCtx tc;
+  tc.index = static_cast<std::uint16_t>(threads_.size());
+  tc.owner = owner;
+  tc.send = std::make_unique<eager::SendPool>(*pd_, send_pool_params(tc.index, res_, send_descs_));
+  tc.sync.resize(kSyncSlots);
+  tc.sync_free.resize(kSyncSlots);
+  for (std::uint32_t i = 0; i < kSyncSlots; ++i) {
+    tc.sync_free[i] = kSyncSlots - 1 - i;
+  }
+  pool_table_.push_back(tc.send.get());
+  threads_.push_back(std::move(tc));
+}
+
+int Worker::progress_any() {
+  if (!multi_) [[likely]] {
+    return progress();
+  }
+  std::unique_lock<std::mutex> held(lock_, std::try_to_lock);
+  if (!held.owns_lock()) {
+    return 0;  // another thread polls: its callbacks deliver what it finds
+  }
+  if (const int rc = enter_caller(); rc != RDMX_OK) [[unlikely]] {
+    return rc;
+  }
+  const int events = progress();
+  if (done_head_ == nullptr && failed_uids_.empty()) {
+    return events;
+  }
+  Completions done = take_completions();
+  held.unlock();
+  return events + run_completions(std::move(done));
+}
+
+int Worker::poll_any(std::uint32_t max_polls, std::uint64_t spin_gap_us) {
+  // MULTI: one poll per call. Spinning here would hold the lock other threads' posts wait for.
+  return multi_ ? progress_any() : poll(max_polls, spin_gap_us);
+}
+
+void Worker::destroy(Worker* w) {
+  if (w->multi_) {
+    unregister_multi(w);  // exiting threads no longer touch it
+    // Fails every request while the worker is whole, runs the callbacks with no lock held, then
+    // lets threads waiting on those requests (or on anything) leave before freeing.
+    Completions done;
+    {
+      std::lock_guard<std::mutex> held(w->lock_);
+      if (w->enter_caller() != RDMX_OK) {
+        w->tx_ = &w->threads_[0];  // a thread past max_threads: posts nothing new here
+      }
+      w->failed_early_ += w->fail_active();
+      done = w->take_completions();
+    }
+    (void)w->run_completions(std::move(done));
+    w->destroying_.store(true, std::memory_order_release);
+    while (w->waiters_.load(std::memory_order_acquire) != 0) {
+      sched_yield();
+    }
+    w->tx_ = &w->threads_[0];
+  }
+  delete w;
+}
+
+int Worker::caller_send_context() {
+  const Locked held(*this);
+  return held.error() == RDMX_OK ? tx_->index : held.error();
+}
+
+std::vector<debug::SendContextCounts> Worker::send_context_counts() {
+  const Locked held(*this);
+  std::vector<debug::SendContextCounts> out;
+  for (const ThreadCtx& tc : threads_) {
+    out.push_back({.posted = tc.send->descs_taken(),
+                   .retired = tc.send->descs_taken() - tc.send->descs_in_use(),
+                   .routed = tc.routed});
+  }
+  return out;
+}
+
+}  // namespace rdmx::transport
