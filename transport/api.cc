@@ -78,10 +78,7 @@ int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_ga
 
 void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us) {
   if (worker != nullptr) {
-    const Locked held(*worker->impl);
-    if (held.error() == RDMX_OK) {
-      worker->impl->idle(events, yield_after_us);
-    }
+    worker->impl->idle(events, yield_after_us);
   }
 }
 

@@ -59,6 +59,17 @@ int Worker::poll(std::uint32_t max_polls, std::uint64_t spin_gap_us) {
 }
 
 void Worker::idle(int events, std::uint64_t yield_after_us) noexcept {
+  if (multi_) [[unlikely]] {
+    // Each thread its own count and clock, and the yield with no lock held.
+    thread_local IdleBackoff backoff{IdleBackoff::kNever, IdleBackoff::kNever};
+    thread_local CachedClock clock;
+    backoff.set_policy(yield_after_us, IdleBackoff::kNever);
+    if (backoff.turn(events != 0, events != 0 ? 0 : clock.now_us()) ==
+        IdleBackoff::Action::kYield) {
+      stat_idle_yields_mt_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
   idle_.set_policy(yield_after_us, IdleBackoff::kNever);
   if (idle_.turn(events != 0, events != 0 ? 0 : now_us()) == IdleBackoff::Action::kYield) {
     ++stat_idle_yields_;

@@ -99,6 +99,7 @@ int Worker::enter_caller() noexcept {
   }
   const pid_t me = self_tid();
   ThreadCtx* found = nullptr;
+  bool taken = false;  // made or taken over now: this thread must free it at exit
   for (ThreadCtx& tc : threads_) {
     if (tc.owner == me) {
       found = &tc;
@@ -109,6 +110,7 @@ int Worker::enter_caller() noexcept {
     try {
       add_thread_ctx(me);
       found = &threads_.back();
+      taken = true;
     } catch (const verbs::Error& e) {
       std::fprintf(stderr,
                    "rdmx: a new thread's send context could not be made: %s (its bounce buffers "
@@ -124,6 +126,7 @@ int Worker::enter_caller() noexcept {
       if (tc.owner == 0) {  // its thread has exited (release_thread_ctx)
         tc.owner = me;
         found = &tc;
+        taken = true;
         break;
       }
     }
@@ -141,10 +144,12 @@ int Worker::enter_caller() noexcept {
   }
   t_ctx = CachedCtx{.serial = serial_, .index = found->index};
   tx_ = found;
-  try {
-    t_held.held.emplace_back(serial_, found->index);
-  } catch (const std::bad_alloc&) {
-    // Kept for the rest of the thread's life: only a new thread past max_threads pays.
+  if (taken) {
+    try {
+      t_held.held.emplace_back(serial_, found->index);
+    } catch (const std::bad_alloc&) {
+      // Kept for the rest of the process: only a later thread past max_threads pays.
+    }
   }
   return RDMX_OK;
 }
@@ -174,6 +179,10 @@ void Worker::create_send_contexts() {
   pool_table_.reserve(res_.max_threads);
   add_thread_ctx(self_tid());
   tx_ = &threads_[0];
+  if (multi_) {
+    t_ctx = CachedCtx{.serial = serial_, .index = 0};
+    t_held.held.emplace_back(serial_, 0);  // freed when the creating thread exits
+  }
 }
 
 void Worker::add_thread_ctx(pid_t owner) {

@@ -124,7 +124,7 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.shm_sends = stat_shm_sends_;
   s.shm_recvs = stat_shm_recvs_;
   s.shm_cma_bytes = stat_cma_bytes_;
-  s.idle_yields = stat_idle_yields_;
+  s.idle_yields = stat_idle_yields_ + stat_idle_yields_mt_.load(std::memory_order_relaxed);
   s.spin_polls = stat_spin_polls_;
   s.ring_peers = ring_peers_.size();
   s.send_contexts = threads_.size();

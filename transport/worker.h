@@ -729,6 +729,7 @@ class Worker {
   std::uint64_t stat_shm_recvs_ = 0;
   std::uint64_t stat_cma_bytes_ = 0;
   std::uint64_t stat_idle_yields_ = 0;
+  std::atomic<std::uint64_t> stat_idle_yields_mt_{0};  // MULTI: counted outside the lock
   std::uint64_t stat_spin_polls_ = 0;
 };
 
