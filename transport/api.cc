@@ -144,7 +144,7 @@ int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag
   if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr || request == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  const Locked held(*ep->worker);
+  const Locked held(*ep->worker, /*own=*/true);
   if (held.error() != RDMX_OK) [[unlikely]] {
     return held.error();
   }

@@ -403,7 +403,6 @@ void Worker::on_send_completion(const ibv_wc& wc) {
     return;
   }
   ThreadCtx& owner = threads_[id.thread];
-  ++owner.routed;
   eager::SendPool& pool = *owner.send;
   if (id.slot >= pool.desc_count() || !pool.desc(id.slot).in_use ||
       pool.desc(id.slot).generation != id.generation) [[unlikely]] {
@@ -411,6 +410,7 @@ void Worker::on_send_completion(const ibv_wc& wc) {
                  id.generation);
     return;
   }
+  ++owner.routed;
   eager::SendDesc& desc = pool.desc(id.slot);
   Peer* failed = nullptr;
   Peer* write_qp_failed = nullptr;

@@ -35,7 +35,7 @@ extern "C" const char* rdmx_strerror(int code) {
     case RDMX_ERR_TIMED_OUT:
       return "timed out";
     case RDMX_ERR_TOO_MANY_THREADS:
-      return "more threads use the worker than max_threads (raise RDMX_MAX_THREADS)";
+      return "a send from a thread past max_threads (raise RDMX_MAX_THREADS)";
     default:
       return "unknown rdmx error code";
   }

@@ -34,6 +34,9 @@ void Worker::teardown() noexcept {
   report.valid = true;
   fail_all_requests(report);
   flush_before_close(report);
+  if (multi_) {
+    (void)run_completions();  // what the flush's progress found (MULTI progress leaves it listed)
+  }
   closing_ = true;
   say_goodbye();
   shut_down_qps(report);

@@ -2,11 +2,12 @@
 // context, and progress, waits and destroy from any thread. SINGLE and SERIALIZED never get here
 // past a test of multi_.
 //
-// Lock order. rdmx has one lock per worker, held only inside an rdmx call:
-//   a host's own locks (the Open MPI MTL's list lock)  ->  the worker lock
-// rdmx never calls the host with it held: request and peer-failure callbacks run after
-// progress_any, wait or destroy released it (take_completions under the lock, run_completions
-// after). A host may therefore take its own locks in a callback and hold them across rdmx calls.
+// Lock order (transport/README.md, "Threads"). rdmx has one lock per worker, held only inside an
+// rdmx call: a host's own locks (the Open MPI MTL's list lock) come before it. rdmx never calls the
+// host with it held: request and peer-failure callbacks run after progress_any, wait or destroy
+// released it (take_completions under the lock, run_completions after). So a callback may take
+// the host's locks, and the host may hold them across rdmx calls that run no callbacks (posts,
+// cancel, probes), never across progress, poll, wait or destroy.
 //
 // Send contexts. A thread's first call makes it a ThreadCtx (its send descriptors and bounce
 // buffers, send_descs_ descriptors); its index is the thread field of every wr_id it posts and of
@@ -83,16 +84,16 @@ std::uint64_t Worker::next_serial() noexcept {
   return g_serial.fetch_add(1, std::memory_order_relaxed);
 }
 
-int Worker::lock_caller() noexcept {
+int Worker::lock_caller(bool own) noexcept {
   lock_.lock();
-  const int rc = enter_caller();
+  const int rc = enter_caller(own);
   if (rc != RDMX_OK) [[unlikely]] {
     lock_.unlock();
   }
   return rc;
 }
 
-int Worker::enter_caller() noexcept {
+int Worker::enter_caller(bool own) noexcept {
   if (t_ctx.serial == serial_) [[likely]] {
     tx_ = &threads_[t_ctx.index];
     return RDMX_OK;
@@ -106,19 +107,21 @@ int Worker::enter_caller() noexcept {
       break;
     }
   }
-  if (found == nullptr && threads_.size() < res_.max_threads) {
+  if (found == nullptr && threads_.size() < res_.max_threads && !ctx_alloc_failed_) {
     try {
       add_thread_ctx(me);
       found = &threads_.back();
       taken = true;
     } catch (const verbs::Error& e) {
+      // Not retried: every call of every later thread would register (and fail) again.
+      ctx_alloc_failed_ = true;
       std::fprintf(stderr,
-                   "rdmx: a new thread's send context could not be made: %s (its bounce buffers "
-                   "are registered memory: raise the locked-memory limit, ulimit -l)\n",
+                   "rdmx: a new thread's send context could not be made: %s. Its bounce buffers "
+                   "are registered memory: raise the locked-memory limit (ulimit -l). Threads "
+                   "without a context of their own fail their sends with RDMX_ERR_NO_MEMORY\n",
                    e.what());
-      return RDMX_ERR_NO_MEMORY;
     } catch (const std::bad_alloc&) {
-      return RDMX_ERR_NO_MEMORY;
+      ctx_alloc_failed_ = true;
     }
   }
   if (found == nullptr) {
@@ -132,15 +135,26 @@ int Worker::enter_caller() noexcept {
     }
   }
   if (found == nullptr) {
-    if (!warned_threads_) {
-      warned_threads_ = true;
-      std::fprintf(stderr,
-                   "rdmx: more than %u threads use worker %016llx at once (thread mode multi): "
-                   "their calls fail with RDMX_ERR_TOO_MANY_THREADS; raise RDMX_MAX_THREADS "
-                   "(Open MPI: mtl_rdmx_max_threads)\n",
-                   res_.max_threads, static_cast<unsigned long long>(uid_));
+    // No context of its own: its sends fail, naming the cause; anything else it calls (progress,
+    // receives, cancel...) borrows context 0 for the acks and flushes it may post, which the
+    // lock makes safe. Not cached: a context may be free at its next call.
+    if (ctx_alloc_failed_ && threads_.size() < res_.max_threads) {
+      if (own) {
+        return RDMX_ERR_NO_MEMORY;
+      }
+    } else if (own) {
+      if (!warned_threads_) {
+        warned_threads_ = true;
+        std::fprintf(stderr,
+                     "rdmx: more than %u threads use worker %016llx at once (thread mode "
+                     "multi): their sends fail with RDMX_ERR_TOO_MANY_THREADS; raise "
+                     "RDMX_MAX_THREADS (Open MPI: mtl_rdmx_max_threads)\n",
+                     res_.max_threads, static_cast<unsigned long long>(uid_));
+      }
+      return RDMX_ERR_TOO_MANY_THREADS;
     }
-    return RDMX_ERR_TOO_MANY_THREADS;
+    tx_ = &threads_[0];
+    return RDMX_OK;
   }
   t_ctx = CachedCtx{.serial = serial_, .index = found->index};
   tx_ = found;
@@ -208,9 +222,7 @@ int Worker::progress_any() {
   if (!held.owns_lock()) {
     return 0;  // another thread polls: its callbacks deliver what it finds
   }
-  if (const int rc = enter_caller(); rc != RDMX_OK) [[unlikely]] {
-    return rc;
-  }
+  (void)enter_caller(/*own=*/false);  // never fails without `own`
   const int events = progress();
   if (done_head_ == nullptr && failed_uids_.empty()) {
     return events;
@@ -233,9 +245,7 @@ void Worker::destroy(Worker* w) {
     Completions done;
     {
       std::lock_guard<std::mutex> held(w->lock_);
-      if (w->enter_caller() != RDMX_OK) {
-        w->tx_ = &w->threads_[0];  // a thread past max_threads: posts nothing new here
-      }
+      w->tx_ = &w->threads_[0];  // failing requests posts nothing
       w->failed_early_ += w->fail_active();
       done = w->take_completions();
     }
@@ -250,7 +260,7 @@ void Worker::destroy(Worker* w) {
 }
 
 int Worker::caller_send_context() {
-  const Locked held(*this);
+  const Locked held(*this, /*own=*/true);
   return held.error() == RDMX_OK ? tx_->index : held.error();
 }
 

@@ -269,14 +269,17 @@ std::vector<debug::RcPath> Worker::rc_paths(std::uint64_t peer_uid) const {
 namespace debug {
 
 std::vector<RcPath> rc_paths(const rdmx_worker_t* worker, std::uint64_t peer_uid) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   return worker->impl->rc_paths(peer_uid);
 }
 
 void dump(const rdmx_worker_t* worker) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   worker->impl->dump();
 }
 
 WrIds wr_ids(const rdmx_worker_t* worker) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   const WrAccount a = worker->impl->wqp_account();
   return WrIds{.recv_posted = a.recv_posted,
                .recv_completed = a.recv_completed,
@@ -285,6 +288,7 @@ WrIds wr_ids(const rdmx_worker_t* worker) {
 }
 
 std::vector<RcReadLimits> rc_read_limits(const rdmx_worker_t* worker, std::uint64_t peer_uid) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   return worker->impl->rc_read_limits(peer_uid);
 }
 
@@ -297,20 +301,24 @@ std::vector<SendContextCounts> send_context_counts(rdmx_worker_t* worker) {
 }
 
 std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   return worker->impl->srq_posted(size_class);
 }
 
 void hold_srq_refills(rdmx_worker_t* worker, bool hold) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   worker->impl->hold_refills_for_test(hold);
 }
 
 bool send_raw(rdmx_worker_t* worker, std::uint64_t peer_uid, const void* bytes, std::size_t length,
               Raw how) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   return worker->impl->send_raw_for_test(peer_uid, bytes, length, how);
 }
 
 bool inject_async_event(rdmx_worker_t* worker, ibv_event_type type, EventOn on,
                         std::uint64_t peer_uid) {
+  const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   return worker->impl->inject_async_event(type, on, peer_uid);
 }
 

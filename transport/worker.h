@@ -219,9 +219,11 @@ class Worker {
   bool multi() const noexcept { return multi_; }
   class Locked {
    public:
-    explicit Locked(Worker& w) noexcept : w_(w) {
+    // own: the call posts for its caller (a send) and needs the caller's own context; other
+    // calls of a thread that has none borrow context 0.
+    explicit Locked(Worker& w, bool own = false) noexcept : w_(w) {
       if (w_.multi_) [[unlikely]] {
-        rc_ = w_.lock_caller();
+        rc_ = w_.lock_caller(own);
       }
     }
     ~Locked() {
@@ -231,7 +233,8 @@ class Worker {
     }
     Locked(const Locked&) = delete;
     Locked& operator=(const Locked&) = delete;
-    int error() const noexcept { return rc_; }  // RDMX_ERR_TOO_MANY_THREADS: no context
+    // RDMX_ERR_TOO_MANY_THREADS or RDMX_ERR_NO_MEMORY: `own` and no context of its own.
+    int error() const noexcept { return rc_; }
 
    private:
     Worker& w_;
@@ -290,8 +293,8 @@ class Worker {
   // MULTI (threads.cc): the worker lock and the caller's context in tx_; with the lock held,
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited
   // thread), or RDMX_ERR_TOO_MANY_THREADS / RDMX_ERR_NO_MEMORY; a context made whole.
-  int lock_caller() noexcept;
-  int enter_caller() noexcept;
+  int lock_caller(bool own) noexcept;
+  int enter_caller(bool own) noexcept;
   void add_thread_ctx(pid_t owner);
   static std::uint64_t next_serial() noexcept;
   // The registry of live MULTI workers, through which an exiting thread frees its contexts.
@@ -685,6 +688,7 @@ class Worker {
   std::atomic<int> waiters_{0};
   std::atomic<bool> destroying_{false};
   bool warned_threads_ = false;            // the max_threads message, once
+  bool ctx_alloc_failed_ = false;          // a context's registration failed: made no more
   std::uint32_t failed_early_ = 0;         // requests destroy() failed before teardown (its report)
   std::uint32_t send_descs_ = kSendDescs;  // per send context (size_queues)
   bool hold_refills_for_test_ = false;     // debug::hold_srq_refills: the data classes' SRQs

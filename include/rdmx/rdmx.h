@@ -35,8 +35,14 @@
  * In every mode a request is used by one thread at a time; in MULTI mode a request may be waited
  * for or tested by a thread other than the one that posted it, and a request without a callback
  * may be reused once rdmx_request_test reports it done. rdmx_worker_destroy may run while other
- * threads wait in rdmx_request_wait: their requests fail and they return before it frees the
- * worker; any other call concurrent with destroy is a use after free.
+ * threads are blocked in rdmx_request_wait (entered before destroy began): their requests fail
+ * and they return before it frees the worker; any other call concurrent with destroy, a wait
+ * entered after it began included, is a use after free. A thread past max_threads (or whose
+ * context's memory could not be registered) has its sends refused with
+ * RDMX_ERR_TOO_MANY_THREADS (RDMX_ERR_NO_MEMORY); its other calls work. Callbacks run with no
+ * lock held: a host may take its own locks in them, so it must not hold those locks across
+ * rdmx_worker_progress, rdmx_worker_poll, rdmx_request_wait or rdmx_worker_destroy. A
+ * peer-failure callback replaced while another thread's progress is running may run once more.
  */
 #ifndef RDMX_RDMX_H
 #define RDMX_RDMX_H
@@ -64,7 +70,7 @@ typedef enum rdmx_code {
   RDMX_ERR_BUSY = -10,           /* object in use (e.g. cancel of a matched request) */
   RDMX_ERR_BAD_ADDRESS = -11,    /* a peer address blob is malformed or of another version */
   RDMX_ERR_TIMED_OUT = -12,      /* a wait ran out of time */
-  RDMX_ERR_TOO_MANY_THREADS = -13 /* MULTI mode: more threads than max_threads use the worker */
+  RDMX_ERR_TOO_MANY_THREADS = -13 /* MULTI mode: a send from a thread past max_threads */
 } rdmx_code_t;
 
 /* A static English text for a code, naming the usual cause. Never NULL. */

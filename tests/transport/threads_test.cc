@@ -180,8 +180,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, ThreadsTest,
                            return std::string(p.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud");
                          });
 
-// Past max_threads a call fails, naming the cause; a thread that has exited gives its context to
-// the next new one.
+// Past max_threads a thread's sends fail, naming the cause, and its other calls work; a thread
+// that has exited gives its context to the next new one.
 TEST(Threads, BoundedContextsAreReusedAfterAThreadExits) {
   RDMX_REQUIRE_DEVICE();
   ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
@@ -206,15 +206,28 @@ TEST(Threads, BoundedContextsAreReusedAfterAThreadExits) {
       std::this_thread::yield();
     }
     RDMX_CHECK(rank, a >= 1 && b >= 1 && a != b);
-    int c = 0, recv_rc = 0;
+    // A third thread: its sends are refused, naming the cause; its other calls work (they
+    // borrow context 0).
+    const void* addr = nullptr;
+    std::size_t addr_len = 0;
+    rdmx_ep_t* self = nullptr;
+    RDMX_CHECK_OK(rank, rdmx_worker_address(w, &addr, &addr_len));
+    RDMX_CHECK_OK(rank, rdmx_ep_create(w, addr, addr_len, &self));
+    int c = 0, send_rc = 0, recv_rc = 1, cancel_rc = 1, wait_rc = 0;
     std::thread([&] {
       c = transport::debug::caller_send_context(w);
       std::uint8_t byte = 0;
-      rdmx_request_t req;
-      recv_rc = rdmx_tag_recv(w, &byte, 1, RDMX_ANY_SOURCE, 7, kExact, &req, nullptr, nullptr);
+      rdmx_request_t sreq, rreq;
+      send_rc = rdmx_tag_send(self, &byte, 1, 8, 0, &sreq, nullptr, nullptr);
+      recv_rc = rdmx_tag_recv(w, &byte, 1, RDMX_ANY_SOURCE, 7, kExact, &rreq, nullptr, nullptr);
+      cancel_rc = rdmx_request_cancel(w, &rreq);
+      wait_rc = rdmx_request_wait(w, &rreq, nullptr, 10000);
     }).join();
     RDMX_CHECK_EQ(rank, c, RDMX_ERR_TOO_MANY_THREADS);
-    RDMX_CHECK_EQ(rank, recv_rc, RDMX_ERR_TOO_MANY_THREADS);
+    RDMX_CHECK_EQ(rank, send_rc, RDMX_ERR_TOO_MANY_THREADS);
+    RDMX_CHECK_EQ(rank, recv_rc, RDMX_OK);
+    RDMX_CHECK_EQ(rank, cancel_rc, RDMX_OK);
+    RDMX_CHECK_EQ(rank, wait_rc, RDMX_ERR_CANCELED);
     release.store(1);
     ta.join();  // a's context is free from now
     int d = -1;
@@ -222,6 +235,7 @@ TEST(Threads, BoundedContextsAreReusedAfterAThreadExits) {
     RDMX_CHECK_EQ(rank, d, a);
     release.store(2);
     tb.join();
+    rdmx_ep_destroy(self);
     rdmx_worker_destroy(w);
   }));
 }
