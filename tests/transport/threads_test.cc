@@ -189,7 +189,7 @@ TEST(Threads, BoundedContextsAreReusedAfterAThreadExits) {
     rdmx_worker_t* w = lone_worker(rank, RDMX_THREAD_MODE_MULTI, 3);
     RDMX_CHECK_EQ(rank, transport::debug::caller_send_context(w), 0);
     std::atomic<int> release{0};
-    int a = -1, b = -1;
+    std::atomic<int> a{-1}, b{-1};  // polled below while the threads write them
     std::thread ta([&] {
       a = transport::debug::caller_send_context(w);
       while (release.load() < 1) {
@@ -232,7 +232,7 @@ TEST(Threads, BoundedContextsAreReusedAfterAThreadExits) {
     ta.join();  // a's context is free from now
     int d = -1;
     std::thread([&] { d = transport::debug::caller_send_context(w); }).join();
-    RDMX_CHECK_EQ(rank, d, a);
+    RDMX_CHECK_EQ(rank, d, a.load());
     release.store(2);
     tb.join();
     rdmx_ep_destroy(self);
