@@ -216,7 +216,6 @@ class Worker {
   // --- threads (threads.cc). In MULTI mode every C API call holds the worker lock through a
   // Locked (api.cc), which also points tx_ at the caller's send context; in the other modes it
   // costs one test of a flag set at creation. Progress calls go through progress_any instead.
-  bool multi() const noexcept { return multi_; }
   class Locked {
    public:
     // own: the call posts for its caller (a send) and needs the caller's own context; other
@@ -690,7 +689,7 @@ class Worker {
   bool warned_threads_ = false;            // the max_threads message, once
   bool ctx_alloc_failed_ = false;          // a context's registration failed: made no more
   std::uint32_t failed_early_ = 0;         // requests destroy() failed before teardown (its report)
-  std::uint32_t send_descs_ = kSendDescs;  // per send context (size_queues)
+  std::uint32_t send_descs_ = kSendDescs;  // per send context (size_send_contexts)
   bool hold_refills_for_test_ = false;     // debug::hold_srq_refills: the data classes' SRQs
   int failed_code_ = 0;                    // fail_worker: what every request gets from now on
   std::uint64_t port_down_us_ = 0;         // IBV_EVENT_PORT_ERR seen, no PORT_ACTIVE since

@@ -6,7 +6,8 @@
  *                            traffic between ranks 0 and 1 (eager 0 B..8 KiB both ways,
  *                            rendezvous 64 KiB..4 MiB, Ssend, any-source, a 1,000-message
  *                            burst): they must move by exactly N packets when N is 0 (shared
- *                            memory on), by more than N otherwise (shared memory off: proves
+ *                            memory on; in one of 3 tries, as background packets of the node
+ *                            count too), by more than N otherwise (shared memory off: proves
  *                            the counters see this traffic at all).
  *   mpi_shm_local names      once MPI_Init is over (and a barrier), no rdmx segment name is left
  *                            in /dev/shm: every local peer attached at add_procs and the last
@@ -130,21 +131,33 @@ int main(int argc, char** argv) {
   } else {
     const unsigned long long bound = argc > 2 ? strtoull(argv[2], NULL, 10) : 0;
     unsigned char* buf = malloc(4 << 20);
-    unsigned long long before, after;
+    unsigned long long before = 0, after = 0;
     int devices = 0;
+    int attempt, quiet = 0;
     CHECK(buf != NULL, "malloc");
-    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    before = device_packets(&devices);
-    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    if (t_rank <= 1) {
-      traffic(buf);
+    /* The counters are the node's: a packet of anything else in the window (another job's QPs
+     * torn down just before, a connection handshake of two other ranks still in flight) counts
+     * too. With bound 0 the traffic is checked up to 3 times: traffic that went through the
+     * device moves packets every time, background only now and then. */
+    for (attempt = 0; attempt < (bound == 0 ? 3 : 1) && !quiet; ++attempt) {
+      CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+      before = device_packets(&devices);
+      CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+      if (t_rank <= 1) {
+        traffic(buf);
+      }
+      CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+      after = device_packets(&devices);
+      quiet = after == before;
+      CHECK_MPI(MPI_Bcast(&quiet, 1, MPI_INT, 0, MPI_COMM_WORLD));
+      if (t_rank == 0) {
+        printf("device packets across the traffic: %llu (%d devices)\n", after - before, devices);
+      }
     }
-    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    after = device_packets(&devices);
     if (t_rank == 0) {
-      printf("device packets across the traffic: %llu (%d devices)\n", after - before, devices);
       if (bound == 0) {
-        CHECK(after == before, "node-local traffic moved %llu device packets", after - before);
+        CHECK(quiet, "node-local traffic moved %llu device packets, %d times", after - before,
+              attempt);
       } else {
         CHECK(after - before > bound, "only %llu device packets (expected more than %llu)",
               after - before, bound);
