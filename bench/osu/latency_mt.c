@@ -61,19 +61,9 @@ int main(int argc, char** argv) {
   osu_opts_t o;
   job_t* jobs;
   size_t size;
-  int provided = MPI_THREAD_SINGLE, k;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  osu_defaults(&o, "osu_latency_mt", "Multi-threaded Latency Test (MPI_THREAD_MULTIPLE)", 1);
-  if (osu_setup(&o, argc, argv, 2) != 0) {
-    MPI_Finalize();
-    return 1;
-  }
-  if (provided < MPI_THREAD_MULTIPLE) {
-    if (o.rank == 0) {
-      fprintf(stderr, "osu_latency_mt: MPI_THREAD_MULTIPLE not provided (got level %d)\n",
-              provided);
-    }
-    MPI_Finalize();
+  int k;
+  if (osu_setup_mt(&o, argc, argv, "osu_latency_mt",
+                   "Multi-threaded Latency Test (MPI_THREAD_MULTIPLE)", 1) != 0) {
     return 1;
   }
   jobs = calloc((size_t)o.threads, sizeof(*jobs));

@@ -94,6 +94,25 @@ static int osu_parse_sizes(const char* s, osu_opts_t* o) {
   return 1;
 }
 
+int osu_setup_mt(osu_opts_t* o, int argc, char** argv, const char* name, const char* title,
+                 int lat) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  osu_defaults(o, name, title, lat);
+  if (osu_setup(o, argc, argv, 2) != 0) {
+    MPI_Finalize();
+    return 1;
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    if (o->rank == 0) {
+      fprintf(stderr, "%s: MPI_THREAD_MULTIPLE not provided (got level %d)\n", name, provided);
+    }
+    MPI_Finalize();
+    return 1;
+  }
+  return 0;
+}
+
 int osu_setup(osu_opts_t* o, int argc, char** argv, int exact_np) {
   int c, ok = 1, t = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &o->rank);

@@ -61,6 +61,13 @@ void osu_defaults(osu_opts_t* o, const char* name, const char* title, int lat);
  * even number >= 2), sets rank/partner, installs the watchdog and prints the header lines.
  */
 int osu_setup(osu_opts_t* o, int argc, char** argv, int exact_np);
+/*
+ * The multi-threaded programs' start (np 2): MPI_Init_thread(MPI_THREAD_MULTIPLE), osu_defaults
+ * and osu_setup, then the thread level check. Returns 1 after MPI_Finalize (bad options, or the
+ * level not provided, said on rank 0): the caller exits.
+ */
+int osu_setup_mt(osu_opts_t* o, int argc, char** argv, const char* name, const char* title,
+                 int lat);
 
 /* Page-aligned buffer of n bytes (zeroed); aborts the job when out of memory. */
 void* osu_alloc(size_t n);
