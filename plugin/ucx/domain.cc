@@ -1,0 +1,38 @@
+#include "plugin/ucx/domain.h"
+
+#include <limits>
+#include <utility>
+
+#include "verbs/error.h"
+
+namespace rdmx::ucx {
+
+std::vector<std::string> Domain::device_names() {
+  std::vector<std::string> names;
+  try {
+    for (ibv_device* dev : verbs::DeviceList::get().devices()) {
+      names.emplace_back(ibv_get_device_name(dev));
+    }
+  } catch (const verbs::Error&) {
+    // No RDMA support in this kernel (ENOSYS): no device, hence no MD, is the answer.
+  }
+  return names;
+}
+
+Domain Domain::open(std::string_view ibdev) {
+  verbs::Context ctx = verbs::Context::open(ibdev);
+  verbs::ProtectionDomain pd = verbs::ProtectionDomain::create(ctx);
+  const std::uint64_t max_mr = ctx.query_device().orig_attr.max_mr_size;
+  const std::size_t max_mr_size = max_mr > std::numeric_limits<std::size_t>::max()
+                                      ? std::numeric_limits<std::size_t>::max()
+                                      : static_cast<std::size_t>(max_mr);
+  return Domain(std::move(ctx), std::move(pd), max_mr_size);
+}
+
+std::unique_ptr<verbs::MemoryRegion> Domain::register_memory(void* addr, std::size_t length,
+                                                             int access) const {
+  return std::make_unique<verbs::MemoryRegion>(
+      verbs::MemoryRegion::create(pd_, addr, length, access));
+}
+
+}  // namespace rdmx::ucx

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Guest test: `ucx_info -d` with libuct_rdmx.so preloaded lists component rdmx with one memory
+# domain rdmx_<ibdev> per RDMA device. Usage: ucx_info_lists_rdmx.sh LIBUCT_RDMX
+set -u
+lib=$1
+out=$(LD_PRELOAD=$lib ucx_info -d 2>&1) || { echo "$out"; echo "FAIL: ucx_info -d failed"; exit 1; }
+n=0
+for d in /sys/class/infiniband/*; do
+  [ -e "$d" ] || continue
+  dev=${d##*/}
+  n=$((n + 1))
+  # The MD's header line, then its component on the next one.
+  lines=$(printf '%s\n' "$out" | grep -A1 -x "# Memory domain: rdmx_$dev")
+  printf '%s\n' "$lines"
+  printf '%s\n' "$lines" | grep -qx '#     Component: rdmx' ||
+    { echo "$out"; echo "FAIL: no memory domain rdmx_$dev of component rdmx"; exit 1; }
+done
+[ "$n" -gt 0 ] || { echo "FAIL: no RDMA device in /sys/class/infiniband"; exit 1; }
+echo "PASS: $n rdmx memory domain(s) listed"
