@@ -10,7 +10,9 @@ namespace rdmx::ucx {
 std::vector<std::string> Domain::device_names() {
   std::vector<std::string> names;
   try {
-    for (ibv_device* dev : verbs::DeviceList::get().devices()) {
+    // Named: the devices are valid only while the list lives (a temporary would be gone).
+    const verbs::DeviceList list = verbs::DeviceList::get();
+    for (ibv_device* dev : list.devices()) {
       names.emplace_back(ibv_get_device_name(dev));
     }
   } catch (const verbs::Error&) {

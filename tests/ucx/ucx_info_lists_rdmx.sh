@@ -9,10 +9,10 @@ for d in /sys/class/infiniband/*; do
   [ -e "$d" ] || continue
   dev=${d##*/}
   n=$((n + 1))
-  # The MD's header line, then its component on the next one.
-  lines=$(printf '%s\n' "$out" | grep -A1 -x "# Memory domain: rdmx_$dev")
+  # The MD's header line and its attributes; its component is the line after the header.
+  lines=$(printf '%s\n' "$out" | grep -A4 -x "# Memory domain: rdmx_$dev")
   printf '%s\n' "$lines"
-  printf '%s\n' "$lines" | grep -qx '#     Component: rdmx' ||
+  printf '%s\n' "$lines" | sed -n 2p | grep -qx '#     Component: rdmx' ||
     { echo "$out"; echo "FAIL: no memory domain rdmx_$dev of component rdmx"; exit 1; }
 done
 [ "$n" -gt 0 ] || { echo "FAIL: no RDMA device in /sys/class/infiniband"; exit 1; }
