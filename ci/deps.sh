@@ -38,10 +38,11 @@ rdmx_install_deps() {
 #   $RDMX_UCX_CACHE (default ~/.cache/rdmx-ucx, as ci/softroce keeps its kernel in
 #   ~/.cache/rdmx-softroce)/ucx-VERSION/            dpkg-source -x of ucx_VERSION.dsc
 #                                      /.complete  written last: without it, a crashed extraction
+#   .../fetch.lock                                  flock held while a fetch runs
 rdmx_ucx_cache() { echo "${RDMX_UCX_CACHE:-${HOME:-/root}/.cache/rdmx-ucx}"; }
 
 rdmx_fetch_ucx_source() {
-  local version cache dir dl log
+  local version cache dir
   version=$(dpkg-query -W -f='${Version}' libucx0 2>/dev/null) || {
     echo "rdmx: libucx0 is not installed: no UCX source for plugin/ucx" >&2
     return 1
@@ -55,26 +56,33 @@ rdmx_fetch_ucx_source() {
     return 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-cache showsrc "ucx=$version" 2>/dev/null | grep -q "^Version: $version\$"; then
+  # (showsrc takes no =version: it lists every version it knows.)
+  if ! apt-cache showsrc ucx 2>/dev/null | grep -qx "Version: $version"; then
     rdmx_add_deb_src || return 1
     apt-get update -qq || return 1
   fi
   mkdir -p "$cache" || return 1
-  rm -rf "$dir" "$cache"/download.*
-  dl=$(mktemp -d "$cache/download.XXXXXX") || return 1
-  # apt's sandbox user (_apt) cannot write into a root-only cache dir: download as ourselves.
-  # The .dsc's signature cannot be checked (no Debian keyring for gpgv): apt already checked the
-  # hashes of what it fetched against the signed Sources index, so that warning is dropped.
-  if ! log=$(cd "$dl" && apt-get source -qq --download-only -o APT::Sandbox::User="$(id -un)" \
-    "ucx=$version" 2>&1 && dpkg-source -x "ucx_${version#*:}.dsc" "$dir.partial" 2>&1); then
-    printf '%s\n' "$log" >&2
-    echo "rdmx: apt-get source ucx=$version failed; plugin/ucx is skipped" >&2
-    rm -rf "$dl" "$dir.partial"
-    return 1
-  fi
-  # dpkg-source -x leaves the orig tarball beside the tree it made.
-  rm -rf "$dl" "$cache"/ucx_*.orig.tar.*
-  mv "$dir.partial" "$dir" && touch "$dir/.complete"
+  # One fetch at a time (two ci runs at once): the second finds the first's tree complete. In a
+  # subshell, so that the lock's descriptor closes with it on every path.
+  (
+    flock -w 600 -x 9 || { echo "rdmx: timed out waiting for $cache/fetch.lock" >&2; exit 1; }
+    [ -e "$dir/.complete" ] && exit 0
+    rm -rf "$dir" "$dir.partial" "$cache"/download.*
+    dl=$(mktemp -d "$cache/download.XXXXXX") || exit 1
+    # apt's sandbox user (_apt) cannot write into a root-only cache dir: download as ourselves.
+    # The .dsc's signature cannot be checked (no Debian keyring for gpgv): apt already checked
+    # the hashes of what it fetched against the signed Sources index, so that warning is dropped.
+    if ! log=$(cd "$dl" && apt-get source -qq --download-only -o APT::Sandbox::User="$(id -un)" \
+      "ucx=$version" 2>&1 && dpkg-source -x "ucx_${version#*:}.dsc" "$dir.partial" 2>&1); then
+      printf '%s\n' "$log" >&2
+      echo "rdmx: apt-get source ucx=$version failed; plugin/ucx is skipped" >&2
+      rm -rf "$dl" "$dir.partial"
+      exit 1
+    fi
+    # dpkg-source -x leaves the orig tarball beside the tree it made.
+    rm -rf "$dl" "$cache"/ucx_*.orig.tar.*
+    mv "$dir.partial" "$dir" && touch "$dir/.complete"
+  ) 9>"$cache/fetch.lock"
 }
 
 # deb-src entries mirroring the deb ones of debian.sources (same URIs, suites and keyring), only

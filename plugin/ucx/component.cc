@@ -19,7 +19,6 @@ extern "C" {
 
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <new>
 #include <string>

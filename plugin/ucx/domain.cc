@@ -16,7 +16,7 @@ std::vector<std::string> Domain::device_names() {
       names.emplace_back(ibv_get_device_name(dev));
     }
   } catch (const verbs::Error&) {
-    // No RDMA support in this kernel (ENOSYS): no device, hence no MD, is the answer.
+    // No RDMA support in this kernel (ENOSYS) or no device: no MD is the answer.
   }
   return names;
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "verbs/context.h"
@@ -36,7 +37,6 @@ class Domain {
   std::unique_ptr<verbs::MemoryRegion> register_memory(void* addr, std::size_t length,
                                                        int access) const;
 
-  const verbs::Context& context() const noexcept { return ctx_; }
   // The largest region the device registers (ibv_device_attr.max_mr_size).
   std::size_t max_mr_size() const noexcept { return max_mr_size_; }
 

@@ -10,7 +10,7 @@ std::string version_mismatch(UcxVersion built, UcxVersion running) {
   return "libuct_rdmx.so was built against UCX " + v(built) + " but this process runs UCX " +
          v(running) +
          ": component rdmx is not registered. Rebuild rdmx against the installed UCX "
-         "(ci/deps.sh fetches its source, then cmake --build).";
+         "(ci/deps.sh fetches its source; then configure and build again).";
 }
 
 }  // namespace rdmx::ucx
