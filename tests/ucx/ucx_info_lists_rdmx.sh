@@ -16,4 +16,9 @@ for d in /sys/class/infiniband/*; do
     { echo "$out"; echo "FAIL: no memory domain rdmx_$dev of component rdmx"; exit 1; }
 done
 [ "$n" -gt 0 ] || { echo "FAIL: no RDMA device in /sys/class/infiniband"; exit 1; }
+# The module reports its failures (device, registration, version) on lines of its own.
+if printf '%s\n' "$out" | grep '^rdmx: '; then
+  echo "FAIL: the module reported an error"
+  exit 1
+fi
 echo "PASS: $n rdmx memory domain(s) listed"
