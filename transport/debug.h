@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "rdmx/rdmx.h"
@@ -81,6 +82,11 @@ struct SendContextCounts {
   std::uint64_t routed = 0;
 };
 std::vector<SendContextCounts> send_context_counts(rdmx_worker_t* worker);
+// Thread mode multi: holds the worker lock while the returned lock lives; the calls (not progress)
+// waiting for it now; the progress calls that returned at once because such a call waited.
+std::unique_lock<std::mutex> hold_worker_lock(rdmx_worker_t* worker);
+int lock_waiters(const rdmx_worker_t* worker);
+std::uint64_t progress_deferrals(const rdmx_worker_t* worker);
 
 // UD mode: sends a whole message as the peer will read it (header included) to the peer's
 // small-class UD QP from this worker's own, so the peer takes it as coming from us. For tests of

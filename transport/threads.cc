@@ -85,7 +85,11 @@ std::uint64_t Worker::next_serial() noexcept {
 }
 
 int Worker::lock_caller(bool own) noexcept {
-  lock_.lock();
+  if (!lock_.try_lock()) {
+    lock_wanted_.fetch_add(1, std::memory_order_relaxed);
+    lock_.lock();
+    lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
+  }
   const int rc = enter_caller(own);
   if (rc != RDMX_OK) [[unlikely]] {
     lock_.unlock();
@@ -217,6 +221,10 @@ void Worker::add_thread_ctx(pid_t owner) {
 int Worker::progress_any() {
   if (!multi_) [[likely]] {
     return progress();
+  }
+  if (lock_wanted_.load(std::memory_order_relaxed) != 0) {
+    progress_deferred_.fetch_add(1, std::memory_order_relaxed);
+    return 0;  // a post, receive or cancel waits for the lock: it goes first
   }
   std::unique_lock<std::mutex> held(lock_, std::try_to_lock);
   if (!held.owns_lock()) {

@@ -300,6 +300,18 @@ std::vector<SendContextCounts> send_context_counts(rdmx_worker_t* worker) {
   return worker->impl->send_context_counts();
 }
 
+std::unique_lock<std::mutex> hold_worker_lock(rdmx_worker_t* worker) {
+  return std::unique_lock<std::mutex>(worker->impl->lock_for_test());
+}
+
+int lock_waiters(const rdmx_worker_t* worker) {
+  return worker->impl->lock_waiters();
+}
+
+std::uint64_t progress_deferrals(const rdmx_worker_t* worker) {
+  return worker->impl->progress_deferrals();
+}
+
 std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class) {
   const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   return worker->impl->srq_posted(size_class);

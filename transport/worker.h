@@ -246,8 +246,14 @@ class Worker {
   int wait_on(Request* r, rdmx_status_t* status, int timeout_ms, CachedClock& clock);
   // rdmx_worker_destroy in MULTI mode: fails every request, lets waiting threads leave, deletes.
   static void destroy(Worker* w);
-  // debug::caller_send_context, debug::send_context_counts.
+  // debug::caller_send_context, debug::send_context_counts, debug::hold_worker_lock,
+  // debug::lock_waiters, debug::progress_deferrals.
   int caller_send_context();
+  std::mutex& lock_for_test() noexcept { return lock_; }
+  int lock_waiters() const noexcept { return lock_wanted_.load(std::memory_order_relaxed); }
+  std::uint64_t progress_deferrals() const noexcept {
+    return progress_deferred_.load(std::memory_order_relaxed);
+  }
   std::vector<debug::SendContextCounts> send_context_counts();
   void stats(rdmx_stats_t* out) const;
   WrAccount wqp_account() const;
@@ -683,6 +689,11 @@ class Worker {
   // thread's cached context names it); threads inside rdmx_request_wait, which destroy lets go.
   bool multi_ = false;
   std::mutex lock_;
+  // Threads waiting for lock_ in a call that is not progress (lock_caller): while there are any,
+  // progress_any leaves the lock to them (a poller that spins would otherwise take it back first
+  // after each turn, and a blocking send would wait for its idle yield).
+  std::atomic<int> lock_wanted_{0};
+  std::atomic<std::uint64_t> progress_deferred_{0};  // progress_any calls that left it so
   std::uint64_t serial_ = 0;
   std::atomic<int> waiters_{0};
   std::atomic<bool> destroying_{false};

@@ -280,6 +280,41 @@ TEST(Threads, DestroyReleasesThreadsBlockedInWaits) {
   }));
 }
 
+// A progress call leaves the worker lock to a call waiting for it (here a receive): a thread that
+// polls in a loop would otherwise take the lock back after each of its turns (std::mutex is not
+// fair), and the waiting post would wait for the poller's idle yield.
+TEST(Threads, ProgressDefersToACallWaitingForTheLock) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
+    rdmx_worker_t* w = lone_worker(rank, RDMX_THREAD_MODE_MULTI);
+    auto held = transport::debug::hold_worker_lock(w);
+    std::uint8_t byte = 0;
+    rdmx_request_t req;
+    std::atomic<int> recv_rc{1};
+    std::thread receiver([&] {
+      recv_rc = rdmx_tag_recv(w, &byte, 1, RDMX_ANY_SOURCE, 9, kExact, &req, nullptr, nullptr);
+    });
+    while (transport::debug::lock_waiters(w) == 0) {
+      std::this_thread::yield();
+    }
+    // The receive waits for the lock: a poller returns at once, without trying it.
+    int progress_rc = -1;
+    std::thread([&] { progress_rc = rdmx_worker_progress(w); }).join();
+    RDMX_CHECK_EQ(rank, progress_rc, 0);
+    RDMX_CHECK_EQ(rank, transport::debug::progress_deferrals(w), 1u);
+    held.unlock();
+    receiver.join();
+    RDMX_CHECK_EQ(rank, recv_rc.load(), RDMX_OK);
+    // Nobody waits now: progress polls (it counts no deferral).
+    RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 0);
+    RDMX_CHECK(rank, rdmx_worker_progress(w) >= 0);
+    RDMX_CHECK_EQ(rank, transport::debug::progress_deferrals(w), 1u);
+    RDMX_CHECK_OK(rank, rdmx_request_cancel(w, &req));
+    RDMX_CHECK_EQ(rank, rdmx_request_wait(w, &req, nullptr, 10000), RDMX_ERR_CANCELED);
+    rdmx_worker_destroy(w);
+  }));
+}
+
 // The other modes take no lock and keep one send context, whatever thread calls.
 TEST(Threads, SerializedModeKeepsOneContext) {
   RDMX_REQUIRE_DEVICE();
