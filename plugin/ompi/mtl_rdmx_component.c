@@ -21,10 +21,10 @@
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 
-#ifndef MTL_RDMX_VERSION_MAJOR
-#define MTL_RDMX_VERSION_MAJOR 0
-#define MTL_RDMX_VERSION_MINOR 0
-#define MTL_RDMX_VERSION_PATCH 0
+#ifndef RDMX_COMPONENT_VERSION_MAJOR
+#define RDMX_COMPONENT_VERSION_MAJOR 0
+#define RDMX_COMPONENT_VERSION_MINOR 0
+#define RDMX_COMPONENT_VERSION_PATCH 0
 #endif
 
 static int component_register(void);
@@ -38,8 +38,8 @@ __attribute__((visibility("default"))) mca_mtl_base_component_2_0_0_t mca_mtl_rd
         {
             MCA_MTL_BASE_VERSION_2_0_0,
             .mca_component_name = "rdmx",
-            MCA_BASE_MAKE_VERSION(component, MTL_RDMX_VERSION_MAJOR, MTL_RDMX_VERSION_MINOR,
-                                  MTL_RDMX_VERSION_PATCH),
+            MCA_BASE_MAKE_VERSION(component, RDMX_COMPONENT_VERSION_MAJOR,
+                                  RDMX_COMPONENT_VERSION_MINOR, RDMX_COMPONENT_VERSION_PATCH),
             .mca_open_component = component_open,
             .mca_close_component = component_close,
             .mca_query_component = component_query,

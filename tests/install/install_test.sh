@@ -1,5 +1,5 @@
 #!/bin/sh
-# install_test.sh BUILD_DIR SOURCE_DIR LIBDIR [plugin] [CFLAGS]
+# install_test.sh BUILD_DIR SOURCE_DIR LIBDIR [plugin|plugin,hook] [CFLAGS]
 # `cmake --install` into a fresh prefix, then use only what landed there, as a user would:
 #   1. build consumer.c with cc against <prefix>/include and -lrdmx from <prefix>/LIBDIR
 #      (C11, warnings are errors) and run it: every public function links, and the ones that
@@ -11,9 +11,15 @@
 #      <prefix>/lib/rdmx/openmpi, whose RPATH must lead to the installed librdmx.so, and the
 #      install said how to point Open MPI at that folder;
 #   4. with `plugin`, installed for Open MPI's own prefix (under DESTDIR, so the system is not
-#      touched): the plugin lands in Open MPI's component folder, and the install says so.
+#      touched): the plugin lands in Open MPI's component folder, and the install says so;
+#   5. with `hook` (the UCT module and its Open MPI hook are built): the module lands in
+#      <prefix>/LIBDIR/ucx, the hook beside the plugin, the installed hook resolves the installed
+#      module (ldd) and ompi_info lists it; in Open MPI's folder (step 4) its copy names the
+#      module by absolute path.
 set -eu
-build=$1 src=$2 libdir=$3 plugin=${4:-} cflags=${5:-}
+build=$1 src=$2 libdir=$3 what=${4:-} cflags=${5:-}
+plugin=${what%%,*} hook=
+case $what in *,hook) hook=hook ;; esac
 prefix=$(mktemp -d /tmp/rdmx-install.XXXXXX)
 trap 'rm -rf "$prefix"' EXIT
 fail() { echo "install_test: FAILED: $*" >&2; exit 1; }
@@ -61,11 +67,25 @@ if [ "$plugin" = plugin ]; then
   echo "install_test: ompi_info lists the installed plugin ($plugin_dir)"
   grep -q "point Open MPI at it with --mca mca_base_component_path $ompi_dir:$plugin_dir" \
     "$prefix/install.log" || fail "the install did not say how to point Open MPI at $plugin_dir"
+  if [ -n "$hook" ]; then
+    module=$prefix/$libdir/ucx/libuct_rdmx.so
+    [ -f "$module" ] || fail "no $libdir/ucx/libuct_rdmx.so under the prefix"
+    [ -f "$plugin_dir/mca_hook_rdmx.so" ] || fail "no lib/rdmx/openmpi/mca_hook_rdmx.so"
+    # The installed module, not the build tree's (its RUNPATH is $ORIGIN-relative).
+    found=$(ldd "$plugin_dir/mca_hook_rdmx.so" |
+      sed -n 's/^[[:space:]]*libuct_rdmx\.so => \(.*\) (0x.*/\1/p')
+    [ "$(readlink -f "${found:-/nonexistent}")" = "$(readlink -f "$module")" ] ||
+      fail "the installed hook loads '$found', not $module"
+    echo "$out" | grep -q "MCA hook: rdmx" || fail "ompi_info does not list the installed hook"
+    echo "install_test: the installed hook loads $module; ompi_info lists it"
+  fi
 
   ompi_prefix=$(ompi_info --parsable --path prefix | sed -n 's/^path:prefix://p')
   # A plugin already in the system folder would answer for the copy checked below.
-  [ ! -e "$ompi_dir/mca_mtl_rdmx.so" ] ||
-    fail "$ompi_dir/mca_mtl_rdmx.so exists already (a system install): remove it to run this test"
+  for f in mca_mtl_rdmx.so ${hook:+mca_hook_rdmx.so}; do
+    [ ! -e "$ompi_dir/$f" ] ||
+      fail "$ompi_dir/$f exists already (a system install): remove it to run this test"
+  done
   dest=$prefix/destdir
   DESTDIR=$dest cmake --install "$build" --prefix "$ompi_prefix" >"$prefix/system.log" 2>&1 ||
     { cat "$prefix/system.log" >&2; fail "DESTDIR=$dest cmake --install --prefix $ompi_prefix"; }
@@ -78,9 +98,16 @@ if [ "$plugin" = plugin ]; then
   rpath=$(readelf -d "$dest$ompi_dir/mca_mtl_rdmx.so" | sed -n 's/.*R.*PATH.*\[\(.*\)\]/\1/p')
   [ "$rpath" = "$ompi_prefix/$libdir" ] ||
     fail "the copy in $ompi_dir has RPATH '$rpath', not $ompi_prefix/$libdir"
-  out=$(LD_LIBRARY_PATH="$dest$ompi_prefix/$libdir" \
+  out=$(LD_LIBRARY_PATH="$dest$ompi_prefix/$libdir:$dest$ompi_prefix/$libdir/ucx" \
     OMPI_MCA_mca_base_component_path="$ompi_dir:$dest$ompi_dir" ompi_info 2>&1) || true
   echo "$out" | grep -q "MCA mtl: rdmx" || fail "ompi_info cannot load $dest$ompi_dir/mca_mtl_rdmx.so"
+  if [ -n "$hook" ]; then
+    rpath=$(readelf -d "$dest$ompi_dir/mca_hook_rdmx.so" | sed -n 's/.*R.*PATH.*\[\(.*\)\]/\1/p')
+    [ "$rpath" = "$ompi_prefix/$libdir/ucx" ] ||
+      fail "the hook's copy in $ompi_dir has RUNPATH '$rpath', not $ompi_prefix/$libdir/ucx"
+    echo "$out" | grep -q "MCA hook: rdmx" ||
+      fail "ompi_info cannot load $dest$ompi_dir/mca_hook_rdmx.so"
+  fi
   echo "install_test: for $ompi_prefix the plugin goes to $ompi_dir"
 fi
 echo "install_test: ok"
