@@ -4,7 +4,8 @@
 //
 // Built against the internal headers of the exact UCX source that is installed (ci/deps.sh
 // fetches it; config.h is `ucx_info -b`), because uct_component_t and uct_md_ops_t are not
-// public and change between minor versions. No transport is registered yet (issue 27).
+// public and change between minor versions. The transports rdmx_rc and rdmx_ud are C
+// (tl_iface.c); the C++ they need is behind tl_glue.h, at the end of this file.
 
 // UCX's internal headers read their build configuration (ENABLE_MT, ENABLE_PARAMS_CHECK ...).
 #include "config.h"
@@ -27,7 +28,10 @@ extern "C" {
 
 #include "plugin/ucx/domain.h"
 #include "plugin/ucx/md_format.h"
+#include "plugin/ucx/tl_address.h"
+#include "plugin/ucx/tl_glue.h"
 #include "plugin/ucx/version_check.h"
+#include "rdmx/rdmx.h"
 #include "verbs/error.h"
 
 namespace rdmx::ucx {
@@ -250,8 +254,64 @@ __attribute__((constructor)) void register_component() {
     std::fprintf(stderr, "rdmx: %s\n", mismatch.c_str());
     return;
   }
+  rdmx_ucx_add_transports(&uct_rdmx_component);
   uct_component_register(&uct_rdmx_component);
 }
 
 }  // namespace
 }  // namespace rdmx::ucx
+
+// tl_glue.h: the C++ the transports' C glue calls.
+extern "C" {
+
+size_t rdmx_ucx_tl_device_address_size(void) {
+  return rdmx::ucx::kTlDeviceAddressSize;
+}
+size_t rdmx_ucx_tl_iface_address_size(void) {
+  return rdmx::ucx::kTlIfaceAddressSize;
+}
+size_t rdmx_ucx_tl_blob_size(void) {
+  return rdmx::protocol::kAddressSize;
+}
+int rdmx_ucx_tl_address_split(const void* blob, size_t length, void* device, void* iface) {
+  return rdmx::ucx::split_address(blob, length, static_cast<std::uint8_t*>(device),
+                                  static_cast<std::uint8_t*>(iface))
+             ? 1
+             : 0;
+}
+int rdmx_ucx_tl_address_join(const void* device, const void* iface, void* blob) {
+  rdmx::protocol::AddressBytes bytes;
+  if (!rdmx::ucx::join_address(static_cast<const std::uint8_t*>(device),
+                               static_cast<const std::uint8_t*>(iface), &bytes)) {
+    return 0;
+  }
+  std::memcpy(blob, bytes.data(), bytes.size());
+  return 1;
+}
+size_t rdmx_ucx_tl_eager_capacity(const void* blob, size_t length) {
+  rdmx::protocol::WorkerAddress a;
+  if (rdmx::protocol::decode_address(blob, length, &a) != RDMX_OK) {
+    return 0;
+  }
+  return a.class_capacity[rdmx::protocol::kNumClasses - 1];
+}
+
+const char* rdmx_ucx_md_device(uct_md_h md) {
+  return rdmx::ucx::domain_of(md).device().c_str();
+}
+int rdmx_ucx_md_port_count(uct_md_h md) {
+  return rdmx::ucx::domain_of(md).port_count();
+}
+int rdmx_ucx_md_port_active(uct_md_h md, int port) try {
+  return rdmx::ucx::domain_of(md).query_port(port).state == IBV_PORT_ACTIVE ? 1 : 0;
+} catch (const rdmx::verbs::Error&) {
+  return 0;
+}
+double rdmx_ucx_md_port_bandwidth(uct_md_h md, int port) try {
+  const ibv_port_attr attr = rdmx::ucx::domain_of(md).query_port(port);
+  return rdmx::ucx::port_data_rate(attr.active_width, attr.active_speed);
+} catch (const rdmx::verbs::Error&) {
+  return 0;
+}
+
+}  // extern "C"

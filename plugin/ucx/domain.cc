@@ -24,11 +24,13 @@ std::vector<std::string> Domain::device_names() {
 Domain Domain::open(std::string_view ibdev) {
   verbs::Context ctx = verbs::Context::open(ibdev);
   verbs::ProtectionDomain pd = verbs::ProtectionDomain::create(ctx);
-  const std::uint64_t max_mr = ctx.query_device().orig_attr.max_mr_size;
+  const ibv_device_attr_ex attr = ctx.query_device();
+  const std::uint64_t max_mr = attr.orig_attr.max_mr_size;
   const std::size_t max_mr_size = max_mr > std::numeric_limits<std::size_t>::max()
                                       ? std::numeric_limits<std::size_t>::max()
                                       : static_cast<std::size_t>(max_mr);
-  return Domain(std::move(ctx), std::move(pd), max_mr_size);
+  return Domain(std::move(ctx), std::move(pd), max_mr_size, attr.orig_attr.phys_port_cnt,
+                std::string(ibdev));
 }
 
 std::unique_ptr<verbs::MemoryRegion> Domain::register_memory(void* addr, std::size_t length,

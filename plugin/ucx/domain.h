@@ -39,14 +39,27 @@ class Domain {
 
   // The largest region the device registers (ibv_device_attr.max_mr_size).
   std::size_t max_mr_size() const noexcept { return max_mr_size_; }
+  const std::string& device() const noexcept { return device_; }
+  int port_count() const noexcept { return ports_; }
+  // ibv_query_port of a port (1-based). Throws verbs::Error.
+  ibv_port_attr query_port(int port) const {
+    return ctx_.query_port(static_cast<std::uint8_t>(port));
+  }
 
  private:
-  Domain(verbs::Context ctx, verbs::ProtectionDomain pd, std::size_t max_mr_size) noexcept
-      : ctx_(std::move(ctx)), pd_(std::move(pd)), max_mr_size_(max_mr_size) {}
+  Domain(verbs::Context ctx, verbs::ProtectionDomain pd, std::size_t max_mr_size, int ports,
+         std::string device) noexcept
+      : ctx_(std::move(ctx)),
+        pd_(std::move(pd)),
+        max_mr_size_(max_mr_size),
+        ports_(ports),
+        device_(std::move(device)) {}
 
   verbs::Context ctx_;
   verbs::ProtectionDomain pd_;
   std::size_t max_mr_size_;
+  int ports_;
+  std::string device_;
 };
 
 }  // namespace rdmx::ucx

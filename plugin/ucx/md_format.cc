@@ -56,4 +56,57 @@ std::uint32_t unpack_rkey(const void* buffer) noexcept {
   return rkey;
 }
 
+double port_data_rate(unsigned width_code, unsigned speed_code) noexcept {
+  double lanes = 0;
+  switch (width_code) {
+    case 1:
+      lanes = 1;
+      break;
+    case 2:
+      lanes = 4;
+      break;
+    case 4:
+      lanes = 8;
+      break;
+    case 8:
+      lanes = 12;
+      break;
+    case 16:
+      lanes = 2;
+      break;
+    default:
+      return 0;
+  }
+  double gbit = 0;  // per lane, after encoding
+  switch (speed_code) {
+    case 1:
+      gbit = 2.5 * 8 / 10;
+      break;  // SDR
+    case 2:
+      gbit = 5.0 * 8 / 10;
+      break;  // DDR
+    case 4:
+      gbit = 10.0 * 8 / 10;
+      break;  // QDR
+    case 8:
+      gbit = 10.3125 * 64 / 66;
+      break;  // FDR10
+    case 16:
+      gbit = 14.0625 * 64 / 66;
+      break;  // FDR
+    case 32:
+      gbit = 25.78125 * 64 / 66;
+      break;  // EDR
+    case 64:
+      gbit = 53.125 * 64 / 66;
+      break;  // HDR
+    case 128:
+      gbit = 106.25 * 64 / 66;
+      break;  // NDR
+    default:
+      return 0;
+  }
+  return lanes * gbit * 1e9 / 8;
+}
+
 }  // namespace rdmx::ucx

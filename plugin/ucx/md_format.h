@@ -33,4 +33,10 @@ inline constexpr std::size_t kPackedRkeySize = 4;
 void pack_rkey(std::uint32_t rkey, void* buffer) noexcept;
 std::uint32_t unpack_rkey(const void* buffer) noexcept;
 
+// The data rate of a port in bytes per second from ibv_port_attr's active_width and
+// active_speed codes, after the line encoding (8b/10b up to QDR, 64b/66b from FDR10), as UCX's
+// ib transports compute it; 0 for a code this table does not know. The transports report it to
+// UCP, which weighs lanes and protocols with it.
+double port_data_rate(unsigned width_code, unsigned speed_code) noexcept;
+
 }  // namespace rdmx::ucx

@@ -1,14 +1,19 @@
 // Host unit tests of plugin/ucx's pure rules: the version check that keeps the module out of a
-// UCX it was not built for, the MD names, the access translation and the packed rkey.
+// UCX it was not built for, the MD names, the access translation, the packed rkey, the port's
+// data rate and the worker address split into UCP's device and interface addresses.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <uct/api/uct.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
 #include "plugin/ucx/md_format.h"
+#include "plugin/ucx/tl_address.h"
 #include "plugin/ucx/version_check.h"
+#include "protocol/address.h"
+#include "rdmx/rdmx.h"
 
 namespace rdmx::ucx {
 namespace {
@@ -81,6 +86,87 @@ TEST(UcxRkey, PackedLittleEndianAndRoundTrips) {
     pack_rkey(rkey, buf.data());
     EXPECT_EQ(unpack_rkey(buf.data()), rkey);
   }
+}
+
+TEST(UcxPortRate, WidthTimesLaneRateAfterEncoding) {
+  // 1x SDR: 2.5 Gb/s, 8b/10b: 250 MB/s (what rxe reports on a slow link).
+  EXPECT_DOUBLE_EQ(port_data_rate(1, 1), 250e6);
+  // 4x EDR: 4 x 25.78125 Gb/s x 64/66 = 100 Gb/s = 12.5 GB/s.
+  EXPECT_DOUBLE_EQ(port_data_rate(2, 32), 12.5e9);
+  // 4x QDR = 32 Gb/s of data.
+  EXPECT_DOUBLE_EQ(port_data_rate(2, 4), 4e9);
+  EXPECT_EQ(port_data_rate(3, 1), 0);  // no such width code
+  EXPECT_EQ(port_data_rate(1, 3), 0);  // no such speed code
+}
+
+protocol::WorkerAddress sample_worker(std::uint8_t transport) {
+  protocol::WorkerAddress a;
+  a.transport = transport;
+  a.port = 1;
+  a.caps = protocol::kCapRc | (transport == RDMX_TRANSPORT_UD ? protocol::kCapUd : 0);
+  a.uid = 0x1122334455667788ull;
+  a.instance = 0x99aabbccddeeff01ull;
+  for (std::size_t i = 0; i < a.gid.size(); ++i) {
+    a.gid[i] = static_cast<std::uint8_t>(0xf0 + i);
+  }
+  a.lid = 0x1234;
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  a.mtu = 1024;
+  a.ctrl_qpn = 0x11;
+  a.ud_qpn = {0x12, 0x13};
+  a.class_capacity = {496, 992};
+  a.max_inline = 256;
+  a.rd_atomic = 16;
+  return a;
+}
+
+TEST(UcxTlAddress, SplitAndJoinGiveTheWorkersAddressBack) {
+  for (const std::uint8_t transport : {RDMX_TRANSPORT_RC, RDMX_TRANSPORT_UD}) {
+    const protocol::WorkerAddress a = sample_worker(transport);
+    const protocol::AddressBytes blob = protocol::encode_address(a);
+    std::array<std::uint8_t, kTlDeviceAddressSize> dev{};
+    std::array<std::uint8_t, kTlIfaceAddressSize> iface{};
+    ASSERT_TRUE(split_address(blob.data(), blob.size(), dev.data(), iface.data()));
+    protocol::AddressBytes joined{};
+    ASSERT_TRUE(join_address(dev.data(), iface.data(), &joined));
+    protocol::WorkerAddress b;
+    ASSERT_EQ(protocol::decode_address(joined.data(), joined.size(), &b), RDMX_OK);
+    EXPECT_EQ(b, a);  // every field the split keeps (node id, pid, name were never set)
+  }
+}
+
+TEST(UcxTlAddress, TheDeviceAddressIsThePortAlone) {
+  // Two workers on one port: UCP groups interfaces by device address, so theirs must be equal.
+  protocol::WorkerAddress a = sample_worker(RDMX_TRANSPORT_RC);
+  protocol::WorkerAddress b = a;
+  b.uid = 7;
+  b.instance = 8;
+  b.ctrl_qpn = 0x99;
+  std::array<std::uint8_t, kTlDeviceAddressSize> da{}, db{};
+  std::array<std::uint8_t, kTlIfaceAddressSize> ia{}, ib{};
+  const auto ba = protocol::encode_address(a), bb = protocol::encode_address(b);
+  ASSERT_TRUE(split_address(ba.data(), ba.size(), da.data(), ia.data()));
+  ASSERT_TRUE(split_address(bb.data(), bb.size(), db.data(), ib.data()));
+  EXPECT_EQ(da, db);
+  EXPECT_NE(ia, ib);
+}
+
+TEST(UcxTlAddress, RefusesWhatItCannotCarry) {
+  protocol::WorkerAddress a = sample_worker(RDMX_TRANSPORT_RC);
+  a.caps |= protocol::kCapShm;  // node id and pid would be lost
+  a.node_id = 5;
+  a.pid = 6;
+  const auto blob = protocol::encode_address(a);
+  std::array<std::uint8_t, kTlDeviceAddressSize> dev{};
+  std::array<std::uint8_t, kTlIfaceAddressSize> iface{};
+  EXPECT_FALSE(split_address(blob.data(), blob.size(), dev.data(), iface.data()));
+  EXPECT_FALSE(split_address(blob.data(), blob.size() - 1, dev.data(), iface.data()));
+  // Parts that are no worker's: a zero uid is refused by rdmx's own decoder.
+  const auto good = protocol::encode_address(sample_worker(RDMX_TRANSPORT_UD));
+  ASSERT_TRUE(split_address(good.data(), good.size(), dev.data(), iface.data()));
+  std::fill(iface.begin() + 3, iface.begin() + 11, 0);  // the uid
+  protocol::AddressBytes joined{};
+  EXPECT_FALSE(join_address(dev.data(), iface.data(), &joined));
 }
 
 }  // namespace

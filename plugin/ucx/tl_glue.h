@@ -1,0 +1,44 @@
+/*
+ * The seam between the transports' C glue (tl_iface.c, written in C because UCX's class macros
+ * are) and the C++ side of the module (component.cc): the MD's device and port facts, and the
+ * address split of tl_address.h.
+ */
+#ifndef RDMX_PLUGIN_UCX_TL_GLUE_H
+#define RDMX_PLUGIN_UCX_TL_GLUE_H
+
+#include <stddef.h>
+#include <uct/api/uct.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What tl_address.h's sizes are, for C. */
+size_t rdmx_ucx_tl_device_address_size(void);
+size_t rdmx_ucx_tl_iface_address_size(void);
+/* A worker's blob split into its device and interface addresses (the sizes above): 1 on
+ * success, 0 when the blob cannot be split. */
+int rdmx_ucx_tl_address_split(const void* blob, size_t length, void* device, void* iface);
+/* The blob of the worker whose parts these are, into `blob` (at least
+ * rdmx_ucx_tl_blob_size() bytes): 1 on success, 0 when the parts are not a worker's. */
+int rdmx_ucx_tl_address_join(const void* device, const void* iface, void* blob);
+size_t rdmx_ucx_tl_blob_size(void);
+/* The payload bytes of the larger receive buffers of the worker whose blob this is: the largest
+ * message it takes eagerly (0 when the blob is not a worker's). */
+size_t rdmx_ucx_tl_eager_capacity(const void* blob, size_t length);
+
+/* The RDMA device of an rdmx MD, its physical ports, and a port's state (1 active, 0 not) and
+ * signalling rate in bytes per second (0 when it cannot be queried). */
+const char* rdmx_ucx_md_device(uct_md_h md);
+int rdmx_ucx_md_port_count(uct_md_h md);
+int rdmx_ucx_md_port_active(uct_md_h md, int port);
+double rdmx_ucx_md_port_bandwidth(uct_md_h md, int port);
+
+/* Adds rdmx_rc and rdmx_ud to the component's transports (tl_iface.c): before
+ * uct_component_register, so that UCX finds them when it lists the component's. */
+void rdmx_ucx_add_transports(uct_component_t* component);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

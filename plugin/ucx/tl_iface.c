@@ -1,0 +1,805 @@
+/*
+ * The UCT transports rdmx_rc and rdmx_ud: one rdmx worker (include/rdmx/rdmx.h) per UCT
+ * interface, of transport RC or UD, and UCT's active messages carried as rdmx messages.
+ *
+ *   tag            bits 0..7 the AM id; bit 8 set: a flush marker (no AM, never delivered)
+ *   send           am_short / am_bcopy copy into a send descriptor of the interface's pool
+ *                  (tx_queue_len of seg_size bytes) and post it with rdmx_tag_send; an eager
+ *                  send is usually done inside the post and its descriptor goes back at once,
+ *                  else it waits in the in-flight queue until progress finds it done. An empty
+ *                  pool is UCS_ERR_NO_RESOURCE, and UCP's pending requests run as descriptors
+ *                  come back.
+ *   receive        rx_queue_len wildcard receives of seg_size bytes, always posted. Progress runs
+ *                  the worker, then hands the finished receives to the AM handlers in the order
+ *                  they were posted, which is the order they matched: rdmx matches one sender's
+ *                  messages in order (MPI's non-overtaking rule), so each endpoint's AMs arrive
+ *                  in order. A message beyond the posted receives waits in rdmx's unexpected
+ *                  queue: nothing is dropped.
+ *   flush          a zero-byte synchronous send (RDMX_SEND_SYNC) after the endpoint's messages:
+ *                  it completes once the peer has matched it, so every message before it has
+ *                  been matched there too (remote completion, as UCT's flush promises).
+ *   address        the worker's blob split into a device and an interface address (tl_address.h);
+ *                  connect-to-interface: rdmx sets RC connections up on demand itself.
+ *
+ * Handlers run from uct_iface_progress, never from inside rdmx (rdmx callbacks must not call
+ * rdmx; a handler sends). No put/get/zcopy yet: UCP carries rendezvous data in AM fragments.
+ * The memory domain registers in its own PD, the worker posts from its own (zero-copy would need
+ * the worker to use the MD's PD: plugin/ucx/README.md).
+ */
+/* UCX's internal headers read their build configuration (ENABLE_DEBUG_DATA ...). */
+#include "config.h"
+/* clang-format off: config.h must come first. */
+#include <ucs/debug/log.h>
+#include <ucs/sys/string.h>
+#include <ucs/type/class.h>
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_md.h>
+/* clang-format on */
+
+#include <limits.h>
+#include <rdmx/rdmx.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin/ucx/tl_glue.h"
+
+#define RDMX_TAG_FLUSH (1ull << 8)
+#define RDMX_TAG_AM_MASK 0xffull
+/* Descriptors start on cache lines: rdmx copies into and out of their data. */
+#define RDMX_DESC_ALIGN 64
+
+typedef struct uct_rdmx_iface_config {
+  uct_iface_config_t super;
+  size_t seg_size;
+  unsigned rx_queue_len;
+  unsigned tx_queue_len;
+} uct_rdmx_iface_config_t;
+
+/* A send descriptor: the request rdmx owns while the send is active, then seg_size bytes. */
+typedef struct uct_rdmx_tx_desc {
+  rdmx_request_t req;
+  ucs_queue_elem_t elem; /* the free list or the in-flight queue */
+  struct uct_rdmx_ep* ep;
+} uct_rdmx_tx_desc_t;
+
+typedef struct uct_rdmx_rx_desc {
+  rdmx_request_t req;
+  int posted;
+} uct_rdmx_rx_desc_t;
+
+/* A flush marker in flight, and a flush call waiting for one. */
+typedef struct uct_rdmx_marker {
+  rdmx_request_t req;
+  ucs_queue_elem_t elem;
+  uint64_t seq;
+} uct_rdmx_marker_t;
+
+typedef struct uct_rdmx_flush_waiter {
+  ucs_queue_elem_t elem;
+  uct_completion_t* comp;
+  uint64_t seq;
+} uct_rdmx_flush_waiter_t;
+
+typedef struct uct_rdmx_iface {
+  uct_base_iface_t super;
+  rdmx_worker_t* worker;
+  rdmx_transport_t transport;
+  size_t seg_size;
+  size_t desc_size; /* bytes per descriptor, data included */
+  char* tx_mem;     /* tx_queue_len descriptors */
+  ucs_queue_head_t tx_free;
+  ucs_queue_head_t tx_inflight;
+  char* rx_mem; /* rx_queue_len descriptors */
+  unsigned rx_count;
+  unsigned rx_head; /* the receive posted first among those not handed over */
+  ucs_list_link_t eps;
+  unsigned pending_count;          /* pending requests on all endpoints */
+  unsigned flushing_eps;           /* endpoints with markers or waiters */
+  ucs_queue_head_t orphan_markers; /* of destroyed endpoints, until rdmx is done with them */
+  uint8_t device_addr[32];
+  uint8_t iface_addr[64];
+  double bandwidth;
+} uct_rdmx_iface_t;
+
+typedef struct uct_rdmx_ep {
+  uct_base_ep_t super;
+  rdmx_ep_t* ep;
+  ucs_list_link_t list;
+  ucs_queue_head_t pending;
+  int unflushed;        /* a message went since the last marker */
+  uint64_t marker_seq;  /* markers posted */
+  uint64_t marker_done; /* markers matched by the peer (in order) */
+  ucs_queue_head_t markers;
+  ucs_queue_head_t waiters;
+} uct_rdmx_ep_t;
+
+static ucs_config_field_t uct_rdmx_iface_config_table[] = {
+    {"", "", NULL, ucs_offsetof(uct_rdmx_iface_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
+    {"SEG_SIZE", "8k",
+     "Largest active message, and the size of each send and receive buffer of the interface. "
+     "Capped by what the rdmx worker sends eagerly (its large receive buffers: RDMX_LARGE_BUF "
+     "over RC, the path MTU less rdmx's header over UD). All peers must use the same value.",
+     ucs_offsetof(uct_rdmx_iface_config_t, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
+    {"RX_QUEUE_LEN", "64",
+     "Receives kept posted for incoming active messages; more wait in rdmx's unexpected queue.",
+     ucs_offsetof(uct_rdmx_iface_config_t, rx_queue_len), UCS_CONFIG_TYPE_UINT},
+    {"TX_QUEUE_LEN", "256",
+     "Send buffers: sends beyond them are refused with UCS_ERR_NO_RESOURCE until some finish.",
+     ucs_offsetof(uct_rdmx_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
+    {NULL}};
+
+static uct_iface_ops_t uct_rdmx_iface_ops;
+
+static ucs_status_t uct_rdmx_status(int code) {
+  switch (code) {
+    case RDMX_OK:
+      return UCS_OK;
+    case RDMX_INPROGRESS:
+      return UCS_INPROGRESS;
+    case RDMX_ERR_NO_RESOURCE:
+      return UCS_ERR_NO_RESOURCE;
+    case RDMX_ERR_NO_MEMORY:
+      return UCS_ERR_NO_MEMORY;
+    case RDMX_ERR_UNREACHABLE:
+      return UCS_ERR_UNREACHABLE;
+    case RDMX_ERR_CANCELED:
+      return UCS_ERR_CANCELED;
+    case RDMX_ERR_TIMED_OUT:
+      return UCS_ERR_ENDPOINT_TIMEOUT;
+    case RDMX_ERR_INVALID_PARAM:
+    case RDMX_ERR_BAD_ADDRESS:
+      return UCS_ERR_INVALID_PARAM;
+    case RDMX_ERR_NO_DEVICE:
+      return UCS_ERR_NO_DEVICE;
+    case RDMX_ERR_UNSUPPORTED:
+      return UCS_ERR_UNSUPPORTED;
+    case RDMX_ERR_TRUNCATED:
+      return UCS_ERR_MESSAGE_TRUNCATED;
+    default:
+      return UCS_ERR_IO_ERROR;
+  }
+}
+
+static void* uct_rdmx_tx_data(uct_rdmx_tx_desc_t* desc) {
+  return desc + 1;
+}
+
+static uct_rdmx_rx_desc_t* uct_rdmx_rx_desc(uct_rdmx_iface_t* iface, unsigned i) {
+  return (uct_rdmx_rx_desc_t*)(iface->rx_mem + (size_t)i * iface->desc_size);
+}
+
+static void uct_rdmx_rx_post(uct_rdmx_iface_t* iface, uct_rdmx_rx_desc_t* rx) {
+  const int rc = rdmx_tag_recv(iface->worker, rx + 1, iface->seg_size, RDMX_ANY_SOURCE, 0, 0,
+                               &rx->req, NULL, NULL);
+  rx->posted = (rc == RDMX_OK);
+  if (rc != RDMX_OK) {
+    ucs_error(
+        "rdmx: posting a receive for active messages failed: %s (retried at the next "
+        "progress)",
+        rdmx_strerror(rc));
+  }
+}
+
+/* ---- sends ------------------------------------------------------------------------------- */
+
+static void uct_rdmx_tx_put(uct_rdmx_iface_t* iface, uct_rdmx_tx_desc_t* desc) {
+  ucs_queue_push(&iface->tx_free, &desc->elem);
+}
+
+static uct_rdmx_tx_desc_t* uct_rdmx_tx_get(uct_rdmx_iface_t* iface) {
+  if (ucs_queue_is_empty(&iface->tx_free)) {
+    return NULL;
+  }
+  return ucs_queue_pull_elem_non_empty(&iface->tx_free, uct_rdmx_tx_desc_t, elem);
+}
+
+/* Sends `length` bytes of the descriptor's data as AM `id`. The descriptor is the interface's
+ * again when this returns, unless the send is still active. */
+static ucs_status_t uct_rdmx_tx_post(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
+                                     uct_rdmx_tx_desc_t* desc, size_t length, uint8_t id) {
+  rdmx_status_t st;
+  int rc = rdmx_tag_send(ep->ep, uct_rdmx_tx_data(desc), length, id, 0, &desc->req, NULL, NULL);
+  if (rc != RDMX_OK) {
+    uct_rdmx_tx_put(iface, desc);
+    return uct_rdmx_status(rc);
+  }
+  ep->unflushed = 1;
+  rc = rdmx_request_test(&desc->req, &st);
+  if (rc == RDMX_INPROGRESS) {
+    desc->ep = ep;
+    ucs_queue_push(&iface->tx_inflight, &desc->elem);
+  } else {
+    if (rc != RDMX_OK) {
+      ucs_error("rdmx: an active message (id %u, %zu bytes) failed: %s", id, length,
+                rdmx_strerror(rc));
+    }
+    uct_rdmx_tx_put(iface, desc);
+  }
+  return UCS_OK;
+}
+
+static ucs_status_t uct_rdmx_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                                         const void* payload, unsigned length) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  uct_rdmx_tx_desc_t* desc;
+  const size_t total = sizeof(header) + length;
+
+  UCT_CHECK_AM_ID(id);
+  UCT_CHECK_LENGTH(total, 0, iface->seg_size, "am_short");
+  desc = uct_rdmx_tx_get(iface);
+  if (desc == NULL) {
+    return UCS_ERR_NO_RESOURCE;
+  }
+  uct_am_short_fill_data(uct_rdmx_tx_data(desc), header, payload, length);
+  UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, total);
+  return uct_rdmx_tx_post(iface, ep, desc, total, id);
+}
+
+static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack_cb,
+                                    void* arg, unsigned flags) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  uct_rdmx_tx_desc_t* desc;
+  ucs_status_t status;
+  size_t length;
+
+  (void)flags;
+  UCT_CHECK_AM_ID(id);
+  desc = uct_rdmx_tx_get(iface);
+  if (desc == NULL) {
+    return UCS_ERR_NO_RESOURCE;
+  }
+  length = pack_cb(uct_rdmx_tx_data(desc), arg);
+  UCT_CHECK_LENGTH(length, 0, iface->seg_size, "am_bcopy");
+  UCT_TL_EP_STAT_OP(&ep->super, AM, BCOPY, length);
+  status = uct_rdmx_tx_post(iface, ep, desc, length, id);
+  return (status == UCS_OK) ? (ssize_t)length : status;
+}
+
+/* ---- pending ----------------------------------------------------------------------------- */
+
+static ucs_status_t uct_rdmx_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t* req,
+                                            unsigned flags) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+
+  (void)flags;
+  /* A free descriptor: the caller may send now, and must (nothing would wake the request). */
+  if (!ucs_queue_is_empty(&iface->tx_free)) {
+    return UCS_ERR_BUSY;
+  }
+  uct_pending_req_queue_push(&ep->pending, req);
+  ++iface->pending_count;
+  return UCS_OK;
+}
+
+static void uct_rdmx_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t cb, void* arg) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  uct_pending_req_priv_queue_t* priv;
+
+  uct_pending_queue_purge(priv, &ep->pending, (--iface->pending_count, 1), cb, arg);
+}
+
+static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
+  uct_pending_req_priv_queue_t* priv;
+  uct_rdmx_ep_t* ep;
+
+  ucs_list_for_each(ep, &iface->eps, list) {
+    const size_t before = ucs_queue_length(&ep->pending);
+    uct_pending_queue_dispatch(priv, &ep->pending, !ucs_queue_is_empty(&iface->tx_free));
+    iface->pending_count -= (unsigned)(before - ucs_queue_length(&ep->pending));
+    if (iface->pending_count == 0 || ucs_queue_is_empty(&iface->tx_free)) {
+      break;
+    }
+  }
+}
+
+/* ---- flush ------------------------------------------------------------------------------- */
+
+static void uct_rdmx_ep_flush_progress(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep) {
+  while (!ucs_queue_is_empty(&ep->markers)) {
+    uct_rdmx_marker_t* m = ucs_queue_head_elem_non_empty(&ep->markers, uct_rdmx_marker_t, elem);
+    rdmx_status_t st;
+    const int rc = rdmx_request_test(&m->req, &st);
+    if (rc == RDMX_INPROGRESS) {
+      break;
+    }
+    if (rc != RDMX_OK) {
+      ucs_debug("rdmx: a flush marker failed: %s", rdmx_strerror(rc));
+    }
+    ep->marker_done = m->seq;
+    ucs_queue_pull_non_empty(&ep->markers);
+    ucs_free(m);
+  }
+  while (!ucs_queue_is_empty(&ep->waiters)) {
+    uct_rdmx_flush_waiter_t* w =
+        ucs_queue_head_elem_non_empty(&ep->waiters, uct_rdmx_flush_waiter_t, elem);
+    if (w->seq > ep->marker_done) {
+      break;
+    }
+    ucs_queue_pull_non_empty(&ep->waiters);
+    uct_invoke_completion(w->comp, UCS_OK);
+    ucs_free(w);
+  }
+  (void)iface;
+}
+
+static int uct_rdmx_ep_is_flushing(const uct_rdmx_ep_t* ep) {
+  return !ucs_queue_is_empty(&ep->markers) || !ucs_queue_is_empty(&ep->waiters);
+}
+
+static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp) {
+  static const char zero;
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  const int was_flushing = uct_rdmx_ep_is_flushing(ep);
+  uct_rdmx_flush_waiter_t* w;
+  uct_rdmx_marker_t* m;
+  int rc;
+
+  (void)flags; /* UCT_FLUSH_FLAG_CANCEL: nothing to cancel that is not already on the wire */
+  if (!ep->unflushed && ep->marker_done == ep->marker_seq) {
+    return UCS_OK;
+  }
+  if (ep->unflushed) {
+    m = ucs_malloc(sizeof(*m), "rdmx flush marker");
+    if (m == NULL) {
+      return UCS_ERR_NO_MEMORY;
+    }
+    rc = rdmx_tag_send(ep->ep, &zero, 0, RDMX_TAG_FLUSH, RDMX_SEND_SYNC, &m->req, NULL, NULL);
+    if (rc != RDMX_OK) {
+      ucs_free(m);
+      return uct_rdmx_status(rc);
+    }
+    ep->unflushed = 0;
+    m->seq = ++ep->marker_seq;
+    ucs_queue_push(&ep->markers, &m->elem);
+  }
+  if (comp != NULL) {
+    w = ucs_malloc(sizeof(*w), "rdmx flush waiter");
+    if (w == NULL) {
+      return UCS_ERR_NO_MEMORY;
+    }
+    w->comp = comp;
+    w->seq = ep->marker_seq;
+    ucs_queue_push(&ep->waiters, &w->elem);
+  }
+  if (!was_flushing && uct_rdmx_ep_is_flushing(ep)) {
+    ++iface->flushing_eps;
+  }
+  UCT_TL_EP_STAT_FLUSH_WAIT(&ep->super);
+  return UCS_INPROGRESS;
+}
+
+static ucs_status_t uct_rdmx_iface_flush(uct_iface_h tl_iface, unsigned flags,
+                                         uct_completion_t* comp) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  ucs_status_t result = UCS_OK;
+  uct_rdmx_ep_t* ep;
+
+  if (comp != NULL) {
+    return UCS_ERR_UNSUPPORTED; /* as UCT's own transports: the caller polls */
+  }
+  ucs_list_for_each(ep, &iface->eps, list) {
+    const ucs_status_t status = uct_rdmx_ep_flush(&ep->super.super, flags, NULL);
+    if (status == UCS_INPROGRESS) {
+      result = UCS_INPROGRESS;
+    } else if (status != UCS_OK) {
+      return status;
+    }
+  }
+  return result;
+}
+
+/* ---- progress ---------------------------------------------------------------------------- */
+
+static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  unsigned count = 0;
+  int events = rdmx_worker_progress(iface->worker);
+  ucs_queue_iter_t iter;
+  uct_rdmx_tx_desc_t* desc;
+  uct_rdmx_marker_t* m;
+  uct_rdmx_ep_t* ep;
+
+  if (events > 0) {
+    count += (unsigned)events;
+  }
+  /* Arrivals, in the order their receives were posted (see the top of the file). */
+  for (;;) {
+    uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_desc(iface, iface->rx_head);
+    rdmx_status_t st;
+    int rc;
+    if (!rx->posted) {
+      uct_rdmx_rx_post(iface, rx);
+      break;
+    }
+    rc = rdmx_request_test(&rx->req, &st);
+    if (rc == RDMX_INPROGRESS) {
+      break;
+    }
+    iface->rx_head = (iface->rx_head + 1) % iface->rx_count;
+    if (rc == RDMX_OK && !(st.tag & RDMX_TAG_FLUSH)) {
+      ++count;
+      uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV,
+                         (uint8_t)(st.tag & RDMX_TAG_AM_MASK), rx + 1, st.length, "RX: AM");
+      uct_iface_invoke_am(&iface->super, (uint8_t)(st.tag & RDMX_TAG_AM_MASK), rx + 1, st.length,
+                          0);
+    } else if (rc == RDMX_ERR_TRUNCATED) {
+      ucs_error(
+          "rdmx: an active message of %zu bytes (id %u) came to receive buffers of %zu: "
+          "it is lost. Set the same UCX_%s_SEG_SIZE on every process.",
+          st.length, (unsigned)(st.tag & RDMX_TAG_AM_MASK), iface->seg_size,
+          iface->transport == RDMX_TRANSPORT_RC ? "RDMX_RC" : "RDMX_UD");
+    } else if (rc != RDMX_OK) {
+      ucs_debug("rdmx: a receive ended: %s", rdmx_strerror(rc));
+    }
+    uct_rdmx_rx_post(iface, rx);
+  }
+  /* Sends that were still active when posted. */
+  ucs_queue_for_each_safe(desc, iter, &iface->tx_inflight, elem) {
+    if (rdmx_request_test(&desc->req, NULL) != RDMX_INPROGRESS) {
+      ucs_queue_del_iter(&iface->tx_inflight, iter);
+      uct_rdmx_tx_put(iface, desc);
+    }
+  }
+  if (iface->pending_count > 0 && !ucs_queue_is_empty(&iface->tx_free)) {
+    uct_rdmx_dispatch_pending(iface);
+  }
+  if (iface->flushing_eps > 0) {
+    ucs_list_for_each(ep, &iface->eps, list) {
+      if (uct_rdmx_ep_is_flushing(ep)) {
+        uct_rdmx_ep_flush_progress(iface, ep);
+        if (!uct_rdmx_ep_is_flushing(ep)) {
+          --iface->flushing_eps;
+        }
+      }
+    }
+  }
+  ucs_queue_for_each_safe(m, iter, &iface->orphan_markers, elem) {
+    if (rdmx_request_test(&m->req, NULL) != RDMX_INPROGRESS) {
+      ucs_queue_del_iter(&iface->orphan_markers, iter);
+      ucs_free(m);
+    }
+  }
+  return count;
+}
+
+/* ---- endpoints --------------------------------------------------------------------------- */
+
+static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(params->iface, uct_rdmx_iface_t);
+  uint8_t blob[128];
+  char why[256];
+  int rc;
+
+  UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
+  if (!(params->field_mask & UCT_EP_PARAM_FIELD_DEV_ADDR) ||
+      !(params->field_mask & UCT_EP_PARAM_FIELD_IFACE_ADDR)) {
+    ucs_error("rdmx: an endpoint needs the peer's device and interface addresses");
+    return UCS_ERR_INVALID_PARAM;
+  }
+  ucs_assert(rdmx_ucx_tl_blob_size() <= sizeof(blob));
+  if (!rdmx_ucx_tl_address_join(params->dev_addr, params->iface_addr, blob)) {
+    ucs_error("rdmx: the peer's address is not an rdmx worker's");
+    return UCS_ERR_INVALID_ADDR;
+  }
+  if (rdmx_worker_check_peer(iface->worker, blob, rdmx_ucx_tl_blob_size(), why, sizeof(why)) !=
+      RDMX_OK) {
+    ucs_error("rdmx: cannot reach the peer: %s", why);
+    return UCS_ERR_UNREACHABLE;
+  }
+  rc = rdmx_ep_create(iface->worker, blob, rdmx_ucx_tl_blob_size(), &self->ep);
+  if (rc != RDMX_OK) {
+    ucs_error("rdmx: connecting to a peer failed: %s", rdmx_strerror(rc));
+    return uct_rdmx_status(rc);
+  }
+  ucs_queue_head_init(&self->pending);
+  ucs_queue_head_init(&self->markers);
+  ucs_queue_head_init(&self->waiters);
+  self->unflushed = 0;
+  self->marker_seq = 0;
+  self->marker_done = 0;
+  ucs_list_add_tail(&iface->eps, &self->list);
+  return UCS_OK;
+}
+
+static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_ep_t) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(self->super.super.iface, uct_rdmx_iface_t);
+  uct_rdmx_tx_desc_t* desc;
+  ucs_queue_iter_t iter;
+
+  if (uct_rdmx_ep_is_flushing(self)) {
+    --iface->flushing_eps;
+  }
+  /* rdmx fails what it has not sent; requests it still holds stay valid until it is done. */
+  rdmx_ep_destroy(self->ep);
+  ucs_queue_for_each_safe(desc, iter, &iface->tx_inflight, elem) {
+    if (desc->ep == self) {
+      desc->ep = NULL;
+    }
+  }
+  while (!ucs_queue_is_empty(&self->markers)) {
+    ucs_queue_push(&iface->orphan_markers, ucs_queue_pull_non_empty(&self->markers));
+  }
+  while (!ucs_queue_is_empty(&self->waiters)) {
+    uct_rdmx_flush_waiter_t* w =
+        ucs_queue_pull_elem_non_empty(&self->waiters, uct_rdmx_flush_waiter_t, elem);
+    uct_invoke_completion(w->comp, UCS_ERR_CANCELED);
+    ucs_free(w);
+  }
+  if (!ucs_queue_is_empty(&self->pending)) {
+    ucs_warn("rdmx: endpoint %p destroyed with %zu pending requests (not purged)", self,
+             ucs_queue_length(&self->pending));
+    iface->pending_count -= (unsigned)ucs_queue_length(&self->pending);
+  }
+  ucs_list_del(&self->list);
+}
+
+UCS_CLASS_DEFINE(uct_rdmx_ep_t, uct_base_ep_t);
+static UCS_CLASS_DEFINE_NEW_FUNC(uct_rdmx_ep_t, uct_ep_t, const uct_ep_params_t*);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_rdmx_ep_t, uct_ep_t);
+
+/* ---- interface --------------------------------------------------------------------------- */
+
+static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t* attr) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  const int ud = (iface->transport == RDMX_TRANSPORT_UD);
+
+  uct_base_iface_query(&iface->super, attr);
+  attr->iface_addr_len = rdmx_ucx_tl_iface_address_size();
+  attr->device_addr_len = rdmx_ucx_tl_device_address_size();
+  attr->ep_addr_len = 0;
+  attr->max_conn_priv = 0;
+  attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_AM_SHORT |
+                    UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC;
+  attr->cap.event_flags = 0;
+  attr->cap.am.max_short = iface->seg_size;
+  attr->cap.am.max_bcopy = iface->seg_size;
+  attr->cap.am.min_zcopy = 0;
+  attr->cap.am.max_zcopy = 0;
+  attr->cap.am.opt_zcopy_align = 1;
+  attr->cap.am.align_mtu = 1;
+  attr->cap.am.max_hdr = 0;
+  attr->cap.am.max_iov = 1;
+  /* UCX's model of the same device and transport (uct_ib_iface_query: 700 ns on a recent
+   * adapter, UD 200 ns more for its software reliability) plus rdmx's API and matching on each
+   * side; the bandwidth is the port's data rate. */
+  attr->latency = ucs_linear_func_make(ud ? 1200e-9 : 1000e-9, 0);
+  attr->bandwidth.dedicated = 0;
+  attr->bandwidth.shared = iface->bandwidth;
+  attr->overhead = 150e-9;
+  attr->priority = 0;
+  return UCS_OK;
+}
+
+static ucs_status_t uct_rdmx_iface_get_device_address(uct_iface_h tl_iface,
+                                                      uct_device_addr_t* addr) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  memcpy(addr, iface->device_addr, rdmx_ucx_tl_device_address_size());
+  return UCS_OK;
+}
+
+static ucs_status_t uct_rdmx_iface_get_address(uct_iface_h tl_iface, uct_iface_addr_t* addr) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  memcpy(addr, iface->iface_addr, rdmx_ucx_tl_iface_address_size());
+  return UCS_OK;
+}
+
+static int uct_rdmx_iface_is_reachable(const uct_iface_h tl_iface,
+                                       const uct_device_addr_t* dev_addr,
+                                       const uct_iface_addr_t* iface_addr) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  uint8_t blob[128];
+
+  if (dev_addr == NULL || iface_addr == NULL ||
+      !rdmx_ucx_tl_address_join(dev_addr, iface_addr, blob)) {
+    return 0;
+  }
+  /* A worker of the other transport is not: rdmx's workers of one job must agree. */
+  if (blob[5] != (uint8_t)iface->transport) {
+    return 0;
+  }
+  return rdmx_worker_check_peer(iface->worker, blob, rdmx_ucx_tl_blob_size(), NULL, 0) == RDMX_OK;
+}
+
+static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_h md,
+                           uct_worker_h worker, const uct_iface_params_t* params,
+                           const uct_iface_config_t* tl_config) {
+  const uct_rdmx_iface_config_t* config = ucs_derived_of(tl_config, uct_rdmx_iface_config_t);
+  const ucs_thread_mode_t mode = ucs_derived_of(worker, uct_priv_worker_t)->thread_mode;
+  const char* tl_name = (transport == RDMX_TRANSPORT_RC) ? "rdmx_rc" : "rdmx_ud";
+  rdmx_config_t rc_config;
+  const void* blob;
+  size_t blob_len, capacity, tx_count;
+  const char* colon;
+  int port = 1, rc;
+  unsigned i;
+
+  UCS_CLASS_CALL_SUPER_INIT(
+      uct_base_iface_t, &uct_rdmx_iface_ops, &uct_base_iface_internal_ops, md, worker, params,
+      tl_config UCS_STATS_ARG(
+          (params->field_mask & UCT_IFACE_PARAM_FIELD_STATS_ROOT) ? params->stats_root : NULL)
+          UCS_STATS_ARG(tl_name));
+
+  UCT_CHECK_PARAM(params->field_mask & UCT_IFACE_PARAM_FIELD_OPEN_MODE,
+                  "UCT_IFACE_PARAM_FIELD_OPEN_MODE is not defined");
+  if (!(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
+    ucs_error("%s supports only UCT_IFACE_OPEN_MODE_DEVICE", tl_name);
+    return UCS_ERR_UNSUPPORTED;
+  }
+  if (mode == UCS_THREAD_MODE_MULTI) {
+    ucs_error(
+        "%s: a UCT worker in UCS_THREAD_MODE_MULTI is not supported (UCP serializes its "
+        "workers' calls: use its worker lock)",
+        tl_name);
+    return UCS_ERR_INVALID_PARAM;
+  }
+  colon = strchr(params->mode.device.dev_name, ':');
+  if (colon != NULL) {
+    port = atoi(colon + 1);
+  }
+  if (config->rx_queue_len == 0 || config->tx_queue_len == 0) {
+    ucs_error("%s: RX_QUEUE_LEN and TX_QUEUE_LEN must be at least 1", tl_name);
+    return UCS_ERR_INVALID_PARAM;
+  }
+
+  rdmx_config_init(&rc_config);
+  if (rdmx_config_from_env(&rc_config) != RDMX_OK) {
+    return UCS_ERR_INVALID_PARAM; /* rdmx named the variable on stderr */
+  }
+  rc_config.device = rdmx_ucx_md_device(md);
+  rc_config.port = port;
+  rc_config.transport = transport;
+  rc_config.shm = 0; /* UCX has its own shared-memory transports; this one is the device's */
+  rc_config.thread_mode =
+      (mode == UCS_THREAD_MODE_SERIALIZED) ? RDMX_THREAD_MODE_SERIALIZED : RDMX_THREAD_MODE_SINGLE;
+  rc = rdmx_worker_create(&rc_config, &self->worker);
+  if (rc != RDMX_OK) {
+    ucs_error("%s on %s: creating the rdmx worker failed: %s", tl_name,
+              params->mode.device.dev_name, rdmx_strerror(rc));
+    return uct_rdmx_status(rc);
+  }
+  self->transport = transport;
+  rdmx_worker_address(self->worker, &blob, &blob_len);
+  if (!rdmx_ucx_tl_address_split(blob, blob_len, self->device_addr, self->iface_addr)) {
+    ucs_error("%s: the rdmx worker's address cannot be split for UCP", tl_name);
+    rdmx_worker_destroy(self->worker);
+    return UCS_ERR_INVALID_ADDR;
+  }
+  capacity = rdmx_ucx_tl_eager_capacity(blob, blob_len);
+  self->seg_size = ucs_min(config->seg_size, capacity);
+  self->desc_size = ucs_align_up(sizeof(uct_rdmx_tx_desc_t) + self->seg_size, RDMX_DESC_ALIGN);
+  ucs_assert(sizeof(uct_rdmx_rx_desc_t) <= sizeof(uct_rdmx_tx_desc_t));
+  self->bandwidth = rdmx_ucx_md_port_bandwidth(md, port);
+  if (self->bandwidth <= 0) {
+    self->bandwidth = 1e9;
+  }
+
+  tx_count = config->tx_queue_len;
+  self->rx_count = config->rx_queue_len;
+  self->tx_mem = ucs_calloc(tx_count, self->desc_size, "rdmx tx descriptors");
+  self->rx_mem = ucs_calloc(self->rx_count, self->desc_size, "rdmx rx descriptors");
+  if (self->tx_mem == NULL || self->rx_mem == NULL) {
+    ucs_free(self->tx_mem);
+    ucs_free(self->rx_mem);
+    rdmx_worker_destroy(self->worker);
+    return UCS_ERR_NO_MEMORY;
+  }
+  ucs_queue_head_init(&self->tx_free);
+  ucs_queue_head_init(&self->tx_inflight);
+  ucs_queue_head_init(&self->orphan_markers);
+  ucs_list_head_init(&self->eps);
+  self->pending_count = 0;
+  self->flushing_eps = 0;
+  self->rx_head = 0;
+  for (i = 0; i < tx_count; ++i) {
+    uct_rdmx_tx_put(self, (uct_rdmx_tx_desc_t*)(self->tx_mem + (size_t)i * self->desc_size));
+  }
+  for (i = 0; i < self->rx_count; ++i) {
+    uct_rdmx_rx_post(self, uct_rdmx_rx_desc(self, i));
+  }
+  ucs_debug("%s on %s: seg_size %zu, %u receives, %zu send buffers", tl_name,
+            params->mode.device.dev_name, self->seg_size, self->rx_count, tx_count);
+  return UCS_OK;
+}
+
+static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_iface_t) {
+  uct_base_iface_progress_disable(&self->super.super, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+  /* Fails every active request (the receives, sends in flight, markers): then their storage,
+   * ours, may go. */
+  rdmx_worker_destroy(self->worker);
+  while (!ucs_queue_is_empty(&self->orphan_markers)) {
+    ucs_free(ucs_queue_pull_elem_non_empty(&self->orphan_markers, uct_rdmx_marker_t, elem));
+  }
+  ucs_free(self->tx_mem);
+  ucs_free(self->rx_mem);
+}
+
+UCS_CLASS_DEFINE(uct_rdmx_iface_t, uct_base_iface_t);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_rdmx_iface_t, uct_iface_t);
+
+static ucs_status_t uct_rdmx_rc_iface_open(uct_md_h md, uct_worker_h worker,
+                                           const uct_iface_params_t* params,
+                                           const uct_iface_config_t* config, uct_iface_h* iface_p) {
+  return UCS_CLASS_NEW(uct_rdmx_iface_t, iface_p, RDMX_TRANSPORT_RC, md, worker, params, config);
+}
+
+static ucs_status_t uct_rdmx_ud_iface_open(uct_md_h md, uct_worker_h worker,
+                                           const uct_iface_params_t* params,
+                                           const uct_iface_config_t* config, uct_iface_h* iface_p) {
+  return UCS_CLASS_NEW(uct_rdmx_iface_t, iface_p, RDMX_TRANSPORT_UD, md, worker, params, config);
+}
+
+/* One device per active port, named as UCX's ib transports name them: <ibdev>:<port>. */
+static ucs_status_t uct_rdmx_query_devices(uct_md_h md, uct_tl_device_resource_t** devices_p,
+                                           unsigned* num_devices_p) {
+  const int ports = rdmx_ucx_md_port_count(md);
+  uct_tl_device_resource_t* devices;
+  unsigned n = 0;
+  int p;
+
+  devices = ucs_calloc(ports > 0 ? (size_t)ports : 1, sizeof(*devices), "rdmx devices");
+  if (devices == NULL) {
+    return UCS_ERR_NO_MEMORY;
+  }
+  for (p = 1; p <= ports; ++p) {
+    if (!rdmx_ucx_md_port_active(md, p)) {
+      continue;
+    }
+    ucs_snprintf_zero(devices[n].name, sizeof(devices[n].name), "%s:%d", rdmx_ucx_md_device(md), p);
+    devices[n].type = UCT_DEVICE_TYPE_NET;
+    devices[n].sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
+    ++n;
+  }
+  *devices_p = devices;
+  *num_devices_p = n;
+  return UCS_OK;
+}
+
+static uct_iface_ops_t uct_rdmx_iface_ops = {
+    .ep_am_short = uct_rdmx_ep_am_short,
+    .ep_am_bcopy = uct_rdmx_ep_am_bcopy,
+    .ep_pending_add = uct_rdmx_ep_pending_add,
+    .ep_pending_purge = uct_rdmx_ep_pending_purge,
+    .ep_flush = uct_rdmx_ep_flush,
+    .ep_fence = uct_base_ep_fence,
+    .ep_create = UCS_CLASS_NEW_FUNC_NAME(uct_rdmx_ep_t),
+    .ep_destroy = UCS_CLASS_DELETE_FUNC_NAME(uct_rdmx_ep_t),
+    .iface_flush = uct_rdmx_iface_flush,
+    .iface_fence = uct_base_iface_fence,
+    .iface_progress_enable = uct_base_iface_progress_enable,
+    .iface_progress_disable = uct_base_iface_progress_disable,
+    .iface_progress = uct_rdmx_iface_progress,
+    .iface_close = UCS_CLASS_DELETE_FUNC_NAME(uct_rdmx_iface_t),
+    .iface_query = uct_rdmx_iface_query,
+    .iface_get_device_address = uct_rdmx_iface_get_device_address,
+    .iface_get_address = uct_rdmx_iface_get_address,
+    .iface_is_reachable = uct_rdmx_iface_is_reachable,
+};
+
+static uct_tl_t uct_rdmx_rc_tl = {.name = "rdmx_rc",
+                                  .query_devices = uct_rdmx_query_devices,
+                                  .iface_open = uct_rdmx_rc_iface_open,
+                                  .config = {.name = "rdmx_rc transport",
+                                             .prefix = "RDMX_RC_",
+                                             .table = uct_rdmx_iface_config_table,
+                                             .size = sizeof(uct_rdmx_iface_config_t)}};
+
+static uct_tl_t uct_rdmx_ud_tl = {.name = "rdmx_ud",
+                                  .query_devices = uct_rdmx_query_devices,
+                                  .iface_open = uct_rdmx_ud_iface_open,
+                                  .config = {.name = "rdmx_ud transport",
+                                             .prefix = "RDMX_UD_",
+                                             .table = uct_rdmx_iface_config_table,
+                                             .size = sizeof(uct_rdmx_iface_config_t)}};
+
+void rdmx_ucx_add_transports(uct_component_t* component) {
+  ucs_list_add_tail(&component->tl_list, &uct_rdmx_rc_tl.list);
+  ucs_list_add_tail(&component->tl_list, &uct_rdmx_ud_tl.list);
+  ucs_list_add_tail(&ucs_config_global_list, &uct_rdmx_rc_tl.config.list);
+  ucs_list_add_tail(&ucs_config_global_list, &uct_rdmx_ud_tl.config.list);
+}

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Runs an MPI test program through Open MPI's pml ucx over one of rdmx's UCT transports, loaded
+# by the Open MPI hook (plugin/ucx/hook) with no LD_PRELOAD: what a user runs.
+# Usage: mpirun_uct_rdmx.sh TL NP DEVICES OMPI_COMPONENT_DIR HOOK_DIR MPIEXEC PROGRAM
+#   TL       rdmx_rc or rdmx_ud: UCX_TLS is TL,self, so every message between ranks goes through
+#            rdmx (UCX's shared-memory transports are left out on purpose);
+#   DEVICES  1: the first RDMA device alone (UCX_NET_DEVICES); all: every device, so that UCP
+#            may spread a peer's traffic over one rdmx interface per device.
+# The program's own checks decide (mpi_test.h); a hang is cut by the test's TIMEOUT.
+set -u
+tl=$1 np=$2 devices=$3 ompi_dir=$4 hook_dir=$5 mpiexec=$6 prog=$7
+net=all
+if [ "$devices" = 1 ]; then
+  for d in /sys/class/infiniband/*; do
+    [ -e "$d" ] && { net=${d##*/}:1; break; }
+  done
+fi
+exec "$mpiexec" --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
+  --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+  --mca mca_base_component_path "$ompi_dir:$hook_dir" \
+  -x "UCX_TLS=$tl,self" -x "UCX_NET_DEVICES=$net" -x UCX_WARN_UNUSED_ENV_VARS=n "$prog"

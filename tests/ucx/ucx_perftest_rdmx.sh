@@ -1,0 +1,53 @@
+#!/bin/sh
+# Guest test: ucx_perftest, UCX's own benchmark, over rdmx's UCT transports with the module
+# preloaded: a server on the first RDMA device and a client on the second (the first again if
+# there is one), on this host. Each case must finish in time and print its "Final:" line.
+# Usage: ucx_perftest_rdmx.sh LIBUCT_RDMX TL [CASE...]   CASE = test:size:iterations
+#   am_lat is UCT's active-message ping-pong on TL itself (-x TL); the others are UCP's
+#   (UCX_TLS=TL,self): tag matching, and put/get, which UCP carries in active messages over a
+#   transport without RDMA (rdmx's have none yet).
+set -u
+lib=$1 tl=$2
+shift 2
+set -- "$@"
+devs=$(ls /sys/class/infiniband 2>/dev/null)
+[ -n "$devs" ] || { echo "FAIL: no RDMA device in /sys/class/infiniband"; exit 1; }
+d1=$(echo "$devs" | sed -n 1p):1
+d2=$(echo "$devs" | sed -n 2p)
+d2=${d2:-${d1%:1}}:1
+dir=$(mktemp -d) || exit 1
+trap 'rm -rf "$dir"' EXIT
+port=$((20000 + $$ % 10000))
+export LD_PRELOAD="$lib" UCX_WARN_UNUSED_ENV_VARS=n
+for c in "$@"; do
+  t=${c%%:*} rest=${c#*:}
+  size=${rest%%:*} iters=${rest#*:}
+  port=$((port + 1))
+  if [ "$t" = am_lat ]; then
+    server="ucx_perftest -p $port -d $d1 -x $tl"
+    client="ucx_perftest 127.0.0.1 -p $port -d $d2 -x $tl"
+  else
+    server="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d1 ucx_perftest -p $port"
+    client="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d2 ucx_perftest 127.0.0.1 -p $port"
+  fi
+  start=$(date +%s)
+  # $server and $client are command lines: split on purpose (no element has a space).
+  # shellcheck disable=SC2086
+  timeout -k 5 60 $server >"$dir/server" 2>&1 &
+  spid=$!
+  sleep 1
+  # shellcheck disable=SC2086
+  timeout -k 5 60 $client -t "$t" -s "$size" -n "$iters" -w 2 >"$dir/client" 2>&1
+  crc=$?
+  wait $spid
+  src=$?
+  line=$(grep '^Final:' "$dir/client")
+  echo "$tl $t ${size} B x $iters ($(($(date +%s) - start)) s): $line"
+  if [ $crc -ne 0 ] || [ $src -ne 0 ] || [ -z "$line" ]; then
+    echo "--- client (exit $crc):"; cat "$dir/client"
+    echo "--- server (exit $src):"; cat "$dir/server"
+    echo "FAIL: $tl $t $size"
+    exit 1
+  fi
+done
+echo "PASS: $tl, $# cases"
