@@ -1,6 +1,7 @@
 #!/bin/sh
 # Guest test: `ucx_info -d` with libuct_rdmx.so preloaded lists component rdmx with one memory
-# domain rdmx_<ibdev> per RDMA device. Usage: ucx_info_lists_rdmx.sh LIBUCT_RDMX
+# domain rdmx_<ibdev> per RDMA device and its transports rdmx_rc and rdmx_ud on <ibdev>:1, and
+# `ucx_info -c` their settings. Usage: ucx_info_lists_rdmx.sh LIBUCT_RDMX
 set -u
 lib=$1
 out=$(LD_PRELOAD=$lib ucx_info -d 2>&1) || { echo "$out"; echo "FAIL: ucx_info -d failed"; exit 1; }
@@ -14,6 +15,16 @@ for d in /sys/class/infiniband/*; do
   printf '%s\n' "$lines"
   printf '%s\n' "$lines" | sed -n 2p | grep -qx '#     Component: rdmx' ||
     { echo "$out"; echo "FAIL: no memory domain rdmx_$dev of component rdmx"; exit 1; }
+  # Its transports, one per active port (rxe has one): "Transport: rdmx_rc" then its device.
+  for tl in rdmx_rc rdmx_ud; do
+    printf '%s\n' "$out" | grep -A1 -x "#      Transport: $tl" | grep -qx "#         Device: $dev:1" ||
+      { echo "$out"; echo "FAIL: no transport $tl on $dev:1"; exit 1; }
+  done
+done
+# Their settings, in UCX's configuration listing.
+conf=$(LD_PRELOAD=$lib ucx_info -c -f 2>&1)
+for v in UCX_RDMX_RC_SEG_SIZE UCX_RDMX_RC_RX_QUEUE_LEN UCX_RDMX_UD_TX_QUEUE_LEN; do
+  printf "%s\n" "$conf" | grep "^$v=" || { echo "FAIL: ucx_info -c does not list $v"; exit 1; }
 done
 [ "$n" -gt 0 ] || { echo "FAIL: no RDMA device in /sys/class/infiniband"; exit 1; }
 # The module reports its failures (device, registration, version) on lines of its own.
