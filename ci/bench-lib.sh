@@ -84,6 +84,8 @@ bench_perftest() {
 # stack dev -> sargs: the mpirun arguments of one MPI stack, the same programs over each:
 #   rdmx-rc / rdmx-ud  pml cm + the rdmx MTL in RC / UD mode
 #   ucx                pml ucx with the settings that work on rxe (shared/softroce.md)
+#   ucx-ud             the same over UCX's ud_verbs alone
+#   uct-rc / uct-ud    pml ucx over rdmx's UCT transports rdmx_rc / rdmx_ud (plugin/ucx)
 #   tcp                pml ob1 + btl tcp
 # shellcheck disable=SC2034,SC2054 # sargs is the caller's; the commas are MCA lists
 mpi_stack_args() {
@@ -100,6 +102,14 @@ mpi_stack_args() {
     ucx) sargs=(--mca pml ucx -x UCX_TLS=self,rc_verbs,ud_verbs -x "UCX_NET_DEVICES=$2:1"
                 -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
     ucx-put) mpi_stack_args ucx "$2"; sargs+=(-x UCX_RNDV_SCHEME=put_zcopy) ;;
+    ucx-ud) sargs=(--mca pml ucx -x UCX_TLS=self,ud_verbs -x "UCX_NET_DEVICES=$2:1"
+                   -x UCX_UD_VERBS_ETH_DGID_CHECK=n) ;;
+    # pml ucx over rdmx's UCT transports, loaded by the Open MPI hook in $bench_hook_dir
+    # (plugin/ucx/README.md, "Loading"); the caller sets bench_ompi_dir, Open MPI's own folder.
+    uct-rc | uct-ud)
+      sargs=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
+             --mca mca_base_component_path "$bench_ompi_dir:$bench_hook_dir"
+             -x "UCX_TLS=rdmx_${1#uct-},self" -x "UCX_NET_DEVICES=$2:1") ;;
     tcp) sargs=(--mca pml ob1 --mca btl self,tcp) ;;
   esac
 }

@@ -693,7 +693,9 @@ class Worker {
   // progress_any leaves the lock to them (a poller that spins would otherwise take it back first
   // after each turn, and a blocking send would wait for its idle yield).
   std::atomic<int> lock_wanted_{0};
-  std::atomic<std::uint64_t> progress_deferred_{0};  // progress_any calls that left it so
+  // progress_any calls that left it so: counted by the poller, on a line of its own so that the
+  // poller's increments do not take the line of lock_ and lock_wanted_ from the waiters.
+  alignas(64) std::atomic<std::uint64_t> progress_deferred_{0};
   std::uint64_t serial_ = 0;
   std::atomic<int> waiters_{0};
   std::atomic<bool> destroying_{false};

@@ -5,9 +5,11 @@
 #   HOOK_DIR  the folder of mca_hook_rdmx.so, put on mca_base_component_path: the run must pass;
 #   none      Open MPI's own folder alone: the same run must fail with the program's FAIL line
 #             (without the hook nothing loads the module), which shows the test can fail.
-# rdmx has no transport yet, so the job runs over UCX's own (rc_verbs, ud_verbs for its wire-up)
-# on the first RDMA device, as ci/bench-lib.sh's `ucx` stack does on rxe; pml_ucx_tls and
-# pml_ucx_devices `any`, as a job over rdmx's transports will need (shared/ucx-plugin.md).
+# The test is about loading: the job runs over UCX's own transports (rc_verbs, ud_verbs for its
+# wire-up) on the first RDMA device, as ci/bench-lib.sh's `ucx` stack does on rxe, so that the
+# run without the hook can pass but for the program's check; pml_ucx_tls and pml_ucx_devices
+# `any`, as a job over rdmx's transports needs (shared/ucx-plugin.md). Jobs over rdmx_rc and
+# rdmx_ud: tests/mpi's *_uct_* tests (mpirun_uct_rdmx.sh).
 set -u
 expect=$1 ompi_dir=$2 hook_dir=$3 mpiexec=$4 prog=$5
 dev=
