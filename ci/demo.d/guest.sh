@@ -7,6 +7,10 @@
 #   rdmx-ud  the same with mtl_rdmx_transport ud
 #   ucx      --mca pml ucx with the UCX settings that work on rxe (shared/softroce.md)
 #   tcp      --mca pml ob1 --mca btl self,tcp
+# and for osu_latency and osu_bw, pml ucx over rdmx's UCT transports (plugin/ucx, loaded by its
+# Open MPI hook) beside UCX's own of the same kind, when the build has them:
+#   uct-rc   UCX_TLS=rdmx_rc,self     (beside ucx: rc_verbs)
+#   uct-ud   UCX_TLS=rdmx_ud,self     beside ucx-ud: UCX_TLS=self,ud_verbs
 # (rdmx with shared memory off: every rank is on this one node), and, all ranks on one node with
 # each stack's defaults:
 #   rdmx-shm  --mca pml cm --mca mtl rdmx (node-local peers through shared memory)
@@ -31,11 +35,16 @@ osu=$build/bench/osu
 compdir=$(ompi_info --parsable --path pkglibdir 2>/dev/null | sed -n 's/^path:pkglibdir://p')
 [ -n "$compdir" ] || compdir=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
 export OMPI_MCA_mca_base_component_path=$compdir:$build/plugin/ompi
+# shellcheck disable=SC2034 # read by mpi_stack_args (bench-lib.sh)
+bench_ompi_dir=$compdir bench_hook_dir=$build/plugin/ucx/hook
 export RDMX_STATS=1 # the MTL prints its rdmx_stats_t at finalize when it knows this variable
 
 # ---- what runs --------------------------------------------------------------------------------
 stacks=(rdmx-rc rdmx-ud ucx tcp)
 local_stacks=(rdmx-shm ucx-node vader)
+uct_stacks=(uct-rc ucx-ud uct-ud) uct_benches=(osu_latency osu_bw)
+# Without the UCX source at build time (ci/deps.sh fetches it) there is no module and no hook.
+[ -f "$bench_hook_dir/mca_hook_rdmx.so" ] || uct_stacks=()
 if [ "$quick" = 1 ]; then
   benches=(osu_latency osu_bw)
   local_benches=(osu_latency osu_bw) hpcc_np=()
@@ -66,7 +75,8 @@ bench_args() { # bench -> np and bargs
   esac
 }
 
-nsteps=$(( ${#benches[@]} * ${#stacks[@]} + 2 + ${#scale_np[@]} * 2 + ${#ucx_np[@]} +
+nsteps=$(( ${#benches[@]} * ${#stacks[@]} + ${#uct_benches[@]} * ${#uct_stacks[@]} + 2 +
+  ${#scale_np[@]} * 2 + ${#ucx_np[@]} +
   (${#local_benches[@]} + ${#hpcc_np[@]}) * ${#local_stacks[@]} ))
 k=0
 t_start=$SECONDS
@@ -163,6 +173,12 @@ echo "== demo: ${#stacks[@]} stacks x ${#benches[@]} benchmarks, perftest, footp
 for b in "${benches[@]}"; do
   bench_args "$b"
   for s in "${stacks[@]}"; do
+    mpi_step "$b" "$s" "$np" "$b" "${bargs[@]}"
+  done
+done
+for b in "${uct_benches[@]}"; do
+  bench_args "$b"
+  for s in "${uct_stacks[@]}"; do
     mpi_step "$b" "$s" "$np" "$b" "${bargs[@]}"
   done
 done

@@ -30,9 +30,10 @@ perftest_rows() { # name
 }
 
 # One table: bench col perftest title [data-name, default bench] -> markdown on stdout, gnuplot
-# data in $data. The stacks are $tstacks (names $tnames, "|"-separated), each rdmx one with its
-# ratio to $tref; the gnuplot data has one column per stack, then perftest.
-tstacks="rdmx-rc rdmx-ud ucx tcp" tnames="rdmx RC|rdmx UD|UCX|ob1 TCP" tref=ucx
+# data in $data. The stacks are $tstacks (names $tnames, "|"-separated), each one whose name
+# matches $tratio (an ERE) with its ratio to $tref; the gnuplot data has one column per stack,
+# then perftest.
+tstacks="rdmx-rc rdmx-ud ucx tcp" tnames="rdmx RC|rdmx UD|UCX|ob1 TCP" tref=ucx tratio=^rdmx
 table() {
   local b=$1 col=$2 pt=$3 title=$4 dat=${5:-$1} s
   local tmp
@@ -46,7 +47,7 @@ table() {
   ls "$tmp"/* >/dev/null 2>&1 || { rm -rf "$tmp"; return 1; }
   # The expected sizes come from the runs' -m (fail rows included); perftest adds none.
   awk -v dir="$tmp" -v pt="$pt" -v title="$title" -v datf="$data/$dat.dat" \
-      -v stacks="$tstacks" -v names="$tnames" -v ref="$tref" '
+      -v stacks="$tstacks" -v names="$tnames" -v ref="$tref" -v rre="$tratio" '
     function v(s, z) { return (s SUBSEP z) in val ? val[s, z] : "-" }
     function num(x) { return x ~ /^[0-9.]+([eE][-+]?[0-9]+)?$/ }
     function ratio(a, b) { return (num(a) && num(b) && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
@@ -67,7 +68,7 @@ table() {
       hdr = "| Size (B) |"; sep = "|---:|"; rhdr = ""; rsep = ""; cols = "# size"
       for (i = 1; i < n; ++i) {
         hdr = hdr " " N[i] " |"; sep = sep "---:|"; cols = cols " " S[i]
-        if (S[i] ~ /^rdmx/) { rhdr = rhdr " " N[i] " / " ref " |"; rsep = rsep "---:|" }
+        if (S[i] ~ rre) { rhdr = rhdr " " N[i] " / " ref " |"; rsep = rsep "---:|" }
       }
       if (pt != "") { hdr = hdr " perftest " pt " |"; sep = sep "---:|" }
       print "### " title "\n"
@@ -78,7 +79,7 @@ table() {
         z = order[k]; line = "| " z " |"; rl = ""; dl = z
         for (i = 1; i < n; ++i) {
           line = line " " v(S[i], z) " |"; dl = dl " " g(v(S[i], z))
-          if (S[i] ~ /^rdmx/) rl = rl " " ratio(v(S[i], z), v(ref, z)) " |"
+          if (S[i] ~ rre) rl = rl " " ratio(v(S[i], z), v(ref, z)) " |"
         }
         if (pt != "") line = line " " v("perftest", z) " |"
         print line rl
@@ -127,6 +128,9 @@ label() { # stack -> its legend
     rdmx-ud) echo "rdmx MTL, UD" ;;
     ucx) echo "pml ucx (rc/ud_verbs)" ;;
     tcp) echo "pml ob1, btl tcp" ;;
+    uct-rc) echo "pml ucx over rdmx_rc" ;;
+    uct-ud) echo "pml ucx over rdmx_ud" ;;
+    ucx-ud) echo "pml ucx (ud_verbs)" ;;
     rdmx-shm) echo "rdmx MTL, shared memory" ;;
     ucx-node) echo "pml ucx, UCX defaults" ;;
     vader) echo "pml ob1, btl vader" ;;
@@ -305,7 +309,21 @@ headline() {
   table osu_bibw 2 "" "node-local osu_bibw: bandwidth (MB/s), np 2" local_osu_bibw
   table osu_mbw_mr 2 "" "node-local osu_mbw_mr: aggregate bandwidth (MB/s), 2 pairs, np 4"     local_osu_mbw_mr
   hpcc_table
-  tstacks="rdmx-rc rdmx-ud ucx tcp" tnames="rdmx RC|rdmx UD|UCX|ob1 TCP" tref=ucx
+  if [ -f "$raw/osu_latency.uct-rc.out" ] || [ -f "$raw/osu_latency.uct-ud.out" ]; then
+    echo "## pml ucx over rdmx's UCT transports"
+    echo
+    echo "The same osu_latency and osu_bw through pml ucx (UCX $(sed -n 's/^ucx //p' "$out/run-info.txt"))"
+    echo "over rdmx's transports (plugin/ucx, loaded by its Open MPI hook), each beside UCX's own"
+    echo "transport of the same kind (issue-27 targets: latency <= 1.05x, bandwidth >= 1.0x from 8 KiB)."
+    echo
+    tstacks="uct-rc ucx" tnames="rdmx_rc|UCX rc_verbs" tref=ucx tratio=^uct
+    table osu_latency 2 "" "osu_latency over rdmx_rc: latency (us), np 2" uct_rc_osu_latency
+    table osu_bw 2 "" "osu_bw over rdmx_rc: bandwidth (MB/s), np 2" uct_rc_osu_bw
+    tstacks="uct-ud ucx-ud" tnames="rdmx_ud|UCX ud_verbs" tref=ucx-ud
+    table osu_latency 2 "" "osu_latency over rdmx_ud: latency (us), np 2" uct_ud_osu_latency
+    table osu_bw 2 "" "osu_bw over rdmx_ud: bandwidth (MB/s), np 2" uct_ud_osu_bw
+  fi
+  tstacks="rdmx-rc rdmx-ud ucx tcp" tnames="rdmx RC|rdmx UD|UCX|ob1 TCP" tref=ucx tratio=^rdmx
   echo "## Scale"
   echo
   scale

@@ -17,7 +17,9 @@
  *                  queue: nothing is dropped.
  *   flush          a zero-byte synchronous send (RDMX_SEND_SYNC) after the endpoint's messages:
  *                  it completes once the peer has matched it, so every message before it has
- *                  been matched there too (remote completion, as UCT's flush promises).
+ *                  been matched there too; and the endpoint's sends rdmx still holds (a
+ *                  rendezvous writing its data) must be done (remote completion, as UCT's flush
+ *                  promises).
  *   address        the worker's blob split into a device and an interface address (tl_address.h);
  *                  connect-to-interface: rdmx sets RC connections up on demand itself.
  *
@@ -84,9 +86,10 @@ typedef struct uct_rdmx_iface {
   uct_base_iface_t super;
   rdmx_worker_t* worker;
   rdmx_transport_t transport;
-  size_t seg_size;
-  size_t desc_size; /* bytes per descriptor, data included */
-  char* tx_mem;     /* tx_queue_len descriptors */
+  size_t seg_size;   /* the largest AM (am_bcopy) */
+  size_t short_size; /* the largest AM rdmx sends eagerly (am_short) */
+  size_t desc_size;  /* bytes per descriptor, data included */
+  char* tx_mem;      /* tx_queue_len descriptors */
   ucs_queue_head_t tx_free;
   ucs_queue_head_t tx_inflight;
   char* rx_mem; /* rx_queue_len descriptors */
@@ -107,6 +110,7 @@ typedef struct uct_rdmx_ep {
   ucs_list_link_t list;
   ucs_queue_head_t pending;
   int unflushed;        /* a message went since the last marker */
+  unsigned inflight;    /* its sends rdmx still holds (rendezvous, queued) */
   uint64_t marker_seq;  /* markers posted */
   uint64_t marker_done; /* markers matched by the peer (in order) */
   ucs_queue_head_t markers;
@@ -116,10 +120,14 @@ typedef struct uct_rdmx_ep {
 static ucs_config_field_t uct_rdmx_iface_config_table[] = {
     {"", "", NULL, ucs_offsetof(uct_rdmx_iface_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
-    {"SEG_SIZE", "8k",
-     "Largest active message, and the size of each send and receive buffer of the interface. "
-     "Capped by what the rdmx worker sends eagerly (its large receive buffers: RDMX_LARGE_BUF "
-     "over RC, the path MTU less rdmx's header over UD). All peers must use the same value.",
+    {"SEG_SIZE", "64k",
+     "Largest active message (am_bcopy), and the size of each send and receive buffer of the "
+     "interface. AMs up to what the rdmx worker sends eagerly (RDMX_LARGE_BUF over RC, the path "
+     "MTU less rdmx's header over UD; also the largest am_short) go in its receive buffers; "
+     "larger ones by its rendezvous, an RDMA write into the posted receive: UCP fragments "
+     "large messages into AMs of this size, so it sets the bandwidth (on rxe: 8k 0.6x UCX's "
+     "rc_verbs at 1 MiB, 64k 1.1x, 256k 1.2x). Buffers are used last-in first-out: their "
+     "pages cost memory only once used. All peers must use the same value.",
      ucs_offsetof(uct_rdmx_iface_config_t, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
     {"RX_QUEUE_LEN", "64",
      "Receives kept posted for incoming active messages; more wait in rdmx's unexpected queue.",
@@ -183,8 +191,10 @@ static void uct_rdmx_rx_post(uct_rdmx_iface_t* iface, uct_rdmx_rx_desc_t* rx) {
 
 /* ---- sends ------------------------------------------------------------------------------- */
 
+/* Last in, first out: the descriptors in use stay few and warm, and the pages of the others are
+ * never touched (a large SEG_SIZE costs address space, not memory). */
 static void uct_rdmx_tx_put(uct_rdmx_iface_t* iface, uct_rdmx_tx_desc_t* desc) {
-  ucs_queue_push(&iface->tx_free, &desc->elem);
+  ucs_queue_push_head(&iface->tx_free, &desc->elem);
 }
 
 static uct_rdmx_tx_desc_t* uct_rdmx_tx_get(uct_rdmx_iface_t* iface) {
@@ -208,6 +218,7 @@ static ucs_status_t uct_rdmx_tx_post(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
   rc = rdmx_request_test(&desc->req, &st);
   if (rc == RDMX_INPROGRESS) {
     desc->ep = ep;
+    ++ep->inflight;
     ucs_queue_push(&iface->tx_inflight, &desc->elem);
   } else {
     if (rc != RDMX_OK) {
@@ -227,7 +238,7 @@ static ucs_status_t uct_rdmx_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t he
   const size_t total = sizeof(header) + length;
 
   UCT_CHECK_AM_ID(id);
-  UCT_CHECK_LENGTH(total, 0, iface->seg_size, "am_short");
+  UCT_CHECK_LENGTH(total, 0, iface->short_size, "am_short");
   desc = uct_rdmx_tx_get(iface);
   if (desc == NULL) {
     return UCS_ERR_NO_RESOURCE;
@@ -317,7 +328,7 @@ static void uct_rdmx_ep_flush_progress(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* e
   while (!ucs_queue_is_empty(&ep->waiters)) {
     uct_rdmx_flush_waiter_t* w =
         ucs_queue_head_elem_non_empty(&ep->waiters, uct_rdmx_flush_waiter_t, elem);
-    if (w->seq > ep->marker_done) {
+    if (w->seq > ep->marker_done || ep->inflight > 0) {
       break;
     }
     ucs_queue_pull_non_empty(&ep->waiters);
@@ -341,7 +352,7 @@ static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_comple
   int rc;
 
   (void)flags; /* UCT_FLUSH_FLAG_CANCEL: nothing to cancel that is not already on the wire */
-  if (!ep->unflushed && ep->marker_done == ep->marker_seq) {
+  if (!ep->unflushed && ep->marker_done == ep->marker_seq && ep->inflight == 0) {
     return UCS_OK;
   }
   if (ep->unflushed) {
@@ -443,6 +454,9 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
   ucs_queue_for_each_safe(desc, iter, &iface->tx_inflight, elem) {
     if (rdmx_request_test(&desc->req, NULL) != RDMX_INPROGRESS) {
       ucs_queue_del_iter(&iface->tx_inflight, iter);
+      if (desc->ep != NULL) {
+        --desc->ep->inflight;
+      }
       uct_rdmx_tx_put(iface, desc);
     }
   }
@@ -501,6 +515,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
   ucs_queue_head_init(&self->markers);
   ucs_queue_head_init(&self->waiters);
   self->unflushed = 0;
+  self->inflight = 0;
   self->marker_seq = 0;
   self->marker_done = 0;
   ucs_list_add_tail(&iface->eps, &self->list);
@@ -557,7 +572,7 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
   attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_AM_SHORT |
                     UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC;
   attr->cap.event_flags = 0;
-  attr->cap.am.max_short = iface->seg_size;
+  attr->cap.am.max_short = iface->short_size;
   attr->cap.am.max_bcopy = iface->seg_size;
   attr->cap.am.min_zcopy = 0;
   attr->cap.am.max_zcopy = 0;
@@ -671,7 +686,8 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
     return UCS_ERR_INVALID_ADDR;
   }
   capacity = rdmx_ucx_tl_eager_capacity(blob, blob_len);
-  self->seg_size = ucs_min(config->seg_size, capacity);
+  self->seg_size = config->seg_size;
+  self->short_size = ucs_min(config->seg_size, capacity);
   self->desc_size = ucs_align_up(sizeof(uct_rdmx_tx_desc_t) + self->seg_size, RDMX_DESC_ALIGN);
   ucs_assert(sizeof(uct_rdmx_rx_desc_t) <= sizeof(uct_rdmx_tx_desc_t));
   self->bandwidth = rdmx_ucx_md_port_bandwidth(md, port);
