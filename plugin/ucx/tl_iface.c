@@ -263,7 +263,10 @@ static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callbac
     return UCS_ERR_NO_RESOURCE;
   }
   length = pack_cb(uct_rdmx_tx_data(desc), arg);
-  UCT_CHECK_LENGTH(length, 0, iface->seg_size, "am_bcopy");
+  /* The caller packed past max_bcopy: a bug of its own, which has already written past the
+   * descriptor's data (into the next descriptor's header at most by what it overran). */
+  ucs_assertv_always(length <= iface->seg_size, "rdmx: am_bcopy packed %zu bytes, max_bcopy %zu",
+                     length, iface->seg_size);
   UCT_TL_EP_STAT_OP(&ep->super, AM, BCOPY, length);
   status = uct_rdmx_tx_post(iface, ep, desc, length, id);
   return (status == UCS_OK) ? (ssize_t)length : status;
