@@ -288,6 +288,9 @@ int rdmx_ucx_tl_address_join(const void* device, const void* iface, void* blob) 
   std::memcpy(blob, bytes.data(), bytes.size());
   return 1;
 }
+int rdmx_ucx_tl_address_transport(const void* iface) {
+  return rdmx::ucx::iface_address_transport(static_cast<const std::uint8_t*>(iface));
+}
 size_t rdmx_ucx_tl_eager_capacity(const void* blob, size_t length) {
   rdmx::protocol::WorkerAddress a;
   if (rdmx::protocol::decode_address(blob, length, &a) != RDMX_OK) {

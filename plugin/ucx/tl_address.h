@@ -27,6 +27,12 @@ static_assert(kTlDeviceAddressSize < 31 && kTlIfaceAddressSize < 63, "UCP's v1 l
 bool split_address(const void* blob, std::size_t length, std::uint8_t* device,
                    std::uint8_t* iface) noexcept;
 
+// The transport (rdmx_transport_t) of the worker whose interface address this is: its first
+// byte.
+inline std::uint8_t iface_address_transport(const std::uint8_t* iface) noexcept {
+  return iface[0];
+}
+
 // The blob of the worker whose parts these are; false when they cannot be one (a transport
 // other than RC or UD, a GID-less port).
 bool join_address(const std::uint8_t* device, const std::uint8_t* iface,

@@ -23,6 +23,8 @@ int rdmx_ucx_tl_address_split(const void* blob, size_t length, void* device, voi
  * rdmx_ucx_tl_blob_size() bytes): 1 on success, 0 when the parts are not a worker's. */
 int rdmx_ucx_tl_address_join(const void* device, const void* iface, void* blob);
 size_t rdmx_ucx_tl_blob_size(void);
+/* The rdmx_transport_t of the worker of an interface address. */
+int rdmx_ucx_tl_address_transport(const void* iface);
 /* The payload bytes of the larger receive buffers of the worker whose blob this is: the largest
  * message it takes eagerly (0 when the blob is not a worker's). */
 size_t rdmx_ucx_tl_eager_capacity(const void* blob, size_t length);

@@ -490,7 +490,6 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
 static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
   uct_rdmx_iface_t* iface = ucs_derived_of(params->iface, uct_rdmx_iface_t);
   uint8_t blob[128];
-  char why[256];
   int rc;
 
   UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
@@ -504,11 +503,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
     ucs_error("rdmx: the peer's address is not an rdmx worker's");
     return UCS_ERR_INVALID_ADDR;
   }
-  if (rdmx_worker_check_peer(iface->worker, blob, rdmx_ucx_tl_blob_size(), why, sizeof(why)) !=
-      RDMX_OK) {
-    ucs_error("rdmx: cannot reach the peer: %s", why);
-    return UCS_ERR_UNREACHABLE;
-  }
+  /* An unreachable peer is refused with the reason on stderr (rdmx_worker_check_peer's). */
   rc = rdmx_ep_create(iface->worker, blob, rdmx_ucx_tl_blob_size(), &self->ep);
   if (rc != RDMX_OK) {
     ucs_error("rdmx: connecting to a peer failed: %s", rdmx_strerror(rc));
@@ -613,12 +608,10 @@ static int uct_rdmx_iface_is_reachable(const uct_iface_h tl_iface,
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
   uint8_t blob[128];
 
-  if (dev_addr == NULL || iface_addr == NULL ||
-      !rdmx_ucx_tl_address_join(dev_addr, iface_addr, blob)) {
-    return 0;
-  }
   /* A worker of the other transport is not: rdmx's workers of one job must agree. */
-  if (blob[5] != (uint8_t)iface->transport) {
+  if (dev_addr == NULL || iface_addr == NULL ||
+      rdmx_ucx_tl_address_transport(iface_addr) != (int)iface->transport ||
+      !rdmx_ucx_tl_address_join(dev_addr, iface_addr, blob)) {
     return 0;
   }
   return rdmx_worker_check_peer(iface->worker, blob, rdmx_ucx_tl_blob_size(), NULL, 0) == RDMX_OK;

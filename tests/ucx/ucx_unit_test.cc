@@ -127,6 +127,7 @@ TEST(UcxTlAddress, SplitAndJoinGiveTheWorkersAddressBack) {
     std::array<std::uint8_t, kTlDeviceAddressSize> dev{};
     std::array<std::uint8_t, kTlIfaceAddressSize> iface{};
     ASSERT_TRUE(split_address(blob.data(), blob.size(), dev.data(), iface.data()));
+    EXPECT_EQ(iface_address_transport(iface.data()), transport);
     protocol::AddressBytes joined{};
     ASSERT_TRUE(join_address(dev.data(), iface.data(), &joined));
     protocol::WorkerAddress b;
