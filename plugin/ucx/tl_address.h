@@ -20,7 +20,8 @@ inline constexpr std::size_t kTlDeviceAddressSize = 24;
 // transport 1, caps 1, rd atomic 1, uid 8, instance 8, ctrl qpn 4, ud qpns 2x4, class
 // capacities 2x4, max inline 4
 inline constexpr std::size_t kTlIfaceAddressSize = 43;
-static_assert(kTlDeviceAddressSize < 31 && kTlIfaceAddressSize < 63, "UCP's v1 limits");
+// tl_iface.c appends the interface's SEG_SIZE (4 bytes) to the interface address.
+static_assert(kTlDeviceAddressSize < 31 && kTlIfaceAddressSize + 4 < 63, "UCP's v1 limits");
 
 // Splits a worker blob; false when it is not one (decode_address refuses it) or names a
 // shared-memory segment (it would be lost in the split).

@@ -20,8 +20,11 @@
  *                  been matched there too; and the endpoint's sends rdmx still holds (a
  *                  rendezvous writing its data) must be done (remote completion, as UCT's flush
  *                  promises).
- *   address        the worker's blob split into a device and an interface address (tl_address.h);
- *                  connect-to-interface: rdmx sets RC connections up on demand itself.
+ *   address        the worker's blob split into a device and an interface address (tl_address.h),
+ *                  the interface's SEG_SIZE after the latter: a peer whose AMs would not fit in
+ *                  this one's receives (or the other way) is unreachable, with a message, rather
+ *                  than a source of truncated AMs. Connect-to-interface: rdmx sets RC
+ *                  connections up on demand itself.
  *
  * Handlers run from uct_iface_progress, never from inside rdmx (rdmx callbacks must not call
  * rdmx; a handler sends). No put/get/zcopy yet: UCP carries rendezvous data in AM fragments.
@@ -100,7 +103,8 @@ typedef struct uct_rdmx_iface {
   unsigned flushing_eps;           /* endpoints with markers or waiters */
   ucs_queue_head_t orphan_markers; /* of destroyed endpoints, until rdmx is done with them */
   uint8_t device_addr[32];
-  uint8_t iface_addr[64];
+  uint8_t iface_addr[64]; /* the worker's part (tl_address.h); SEG_SIZE follows */
+  int warned_seg_size;
   double bandwidth;
 } uct_rdmx_iface_t;
 
@@ -167,6 +171,36 @@ static ucs_status_t uct_rdmx_status(int code) {
     default:
       return UCS_ERR_IO_ERROR;
   }
+}
+
+/* The interface address: the worker's part, then SEG_SIZE (32 bits, little-endian). */
+static size_t uct_rdmx_iface_addr_len(void) {
+  return rdmx_ucx_tl_iface_address_size() + 4;
+}
+
+static uint32_t uct_rdmx_addr_seg_size(const void* iface_addr) {
+  const uint8_t* p = (const uint8_t*)iface_addr + rdmx_ucx_tl_iface_address_size();
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* 1 when the peer's AMs and this interface's fit in each other's receives; else 0, and the
+ * first time a message that names the setting. */
+static int uct_rdmx_seg_size_matches(uct_rdmx_iface_t* iface, const void* iface_addr) {
+  const uint32_t peer = uct_rdmx_addr_seg_size(iface_addr);
+  if (peer == iface->seg_size) {
+    return 1;
+  }
+  if (!iface->warned_seg_size) {
+    iface->warned_seg_size = 1;
+    ucs_warn(
+        "rdmx_%s: a peer's SEG_SIZE is %u bytes, this process's %zu: the peer is not "
+        "reached over rdmx_%s (its active messages would not fit the receives). Set the "
+        "same UCX_RDMX_%s_SEG_SIZE in every process.",
+        iface->transport == RDMX_TRANSPORT_RC ? "rc" : "ud", peer, iface->seg_size,
+        iface->transport == RDMX_TRANSPORT_RC ? "rc" : "ud",
+        iface->transport == RDMX_TRANSPORT_RC ? "RC" : "UD");
+  }
+  return 0;
 }
 
 static void* uct_rdmx_tx_data(uct_rdmx_tx_desc_t* desc) {
@@ -503,6 +537,9 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
     ucs_error("rdmx: the peer's address is not an rdmx worker's");
     return UCS_ERR_INVALID_ADDR;
   }
+  if (!uct_rdmx_seg_size_matches(iface, params->iface_addr)) {
+    return UCS_ERR_UNREACHABLE;
+  }
   /* An unreachable peer is refused with the reason on stderr (rdmx_worker_check_peer's). */
   rc = rdmx_ep_create(iface->worker, blob, rdmx_ucx_tl_blob_size(), &self->ep);
   if (rc != RDMX_OK) {
@@ -563,7 +600,7 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
   const int ud = (iface->transport == RDMX_TRANSPORT_UD);
 
   uct_base_iface_query(&iface->super, attr);
-  attr->iface_addr_len = rdmx_ucx_tl_iface_address_size();
+  attr->iface_addr_len = uct_rdmx_iface_addr_len();
   attr->device_addr_len = rdmx_ucx_tl_device_address_size();
   attr->ep_addr_len = 0;
   attr->max_conn_priv = 0;
@@ -598,7 +635,12 @@ static ucs_status_t uct_rdmx_iface_get_device_address(uct_iface_h tl_iface,
 
 static ucs_status_t uct_rdmx_iface_get_address(uct_iface_h tl_iface, uct_iface_addr_t* addr) {
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  uint8_t* seg = (uint8_t*)addr + rdmx_ucx_tl_iface_address_size();
   memcpy(addr, iface->iface_addr, rdmx_ucx_tl_iface_address_size());
+  seg[0] = (uint8_t)iface->seg_size;
+  seg[1] = (uint8_t)(iface->seg_size >> 8);
+  seg[2] = (uint8_t)(iface->seg_size >> 16);
+  seg[3] = (uint8_t)(iface->seg_size >> 24);
   return UCS_OK;
 }
 
@@ -611,7 +653,8 @@ static int uct_rdmx_iface_is_reachable(const uct_iface_h tl_iface,
   /* A worker of the other transport is not: rdmx's workers of one job must agree. */
   if (dev_addr == NULL || iface_addr == NULL ||
       rdmx_ucx_tl_address_transport(iface_addr) != (int)iface->transport ||
-      !rdmx_ucx_tl_address_join(dev_addr, iface_addr, blob)) {
+      !rdmx_ucx_tl_address_join(dev_addr, iface_addr, blob) ||
+      !uct_rdmx_seg_size_matches(iface, iface_addr)) {
     return 0;
   }
   return rdmx_worker_check_peer(iface->worker, blob, rdmx_ucx_tl_blob_size(), NULL, 0) == RDMX_OK;
@@ -682,7 +725,13 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
     return UCS_ERR_INVALID_ADDR;
   }
   capacity = rdmx_ucx_tl_eager_capacity(blob, blob_len);
+  if (config->seg_size < 64 || config->seg_size > UINT32_MAX) {
+    ucs_error("%s: SEG_SIZE %zu is out of range (64 bytes to 4 GiB)", tl_name, config->seg_size);
+    rdmx_worker_destroy(self->worker);
+    return UCS_ERR_INVALID_PARAM;
+  }
   self->seg_size = config->seg_size;
+  self->warned_seg_size = 0;
   self->short_size = ucs_min(config->seg_size, capacity);
   self->desc_size = ucs_align_up(sizeof(uct_rdmx_tx_desc_t) + self->seg_size, RDMX_DESC_ALIGN);
   ucs_assert(sizeof(uct_rdmx_rx_desc_t) <= sizeof(uct_rdmx_tx_desc_t));

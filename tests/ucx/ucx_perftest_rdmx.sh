@@ -1,7 +1,8 @@
 #!/bin/sh
 # Guest test: ucx_perftest, UCX's own benchmark, over rdmx's UCT transports with the module
 # preloaded: a server on the first RDMA device and a client on the second (the first again if
-# there is one), on this host. Each case must finish in time and print its "Final:" line.
+# there is one), on this host. Each case must finish in time and print its "Final:" line. Then
+# a client whose SEG_SIZE differs from the server's must fail with the module's message.
 # Usage: ucx_perftest_rdmx.sh LIBUCT_RDMX TL [CASE...]   CASE = test:size:iterations
 #   am_lat is UCT's active-message ping-pong on TL itself (-x TL); the others are UCP's
 #   (UCX_TLS=TL,self): tag matching, and put/get, which UCP carries in active messages over a
@@ -50,4 +51,25 @@ for c in "$@"; do
     exit 1
   fi
 done
-echo "PASS: $tl, $# cases"
+# Peers with different SEG_SIZEs (an AM of one would not fit the other's receives) must not
+# reach each other: the client fails, and the module says which setting to make equal.
+TL=$(echo "$tl" | sed 's/^rdmx_//' | tr '[:lower:]' '[:upper:]')
+port=$((port + 1))
+timeout -k 5 30 env UCX_TLS="$tl,self" UCX_NET_DEVICES="$d1" "UCX_RDMX_${TL}_SEG_SIZE=8k" \
+  ucx_perftest -p "$port" >"$dir/server" 2>&1 &
+spid=$!
+sleep 1
+timeout -k 5 30 env UCX_TLS="$tl,self" UCX_NET_DEVICES="$d2" ucx_perftest 127.0.0.1 -p "$port" \
+  -t tag_lat -s 8 -n 10 >"$dir/client" 2>&1
+crc=$?
+kill "$spid" 2>/dev/null
+wait "$spid" 2>/dev/null
+want="Set the same UCX_RDMX_${TL}_SEG_SIZE in every process"
+if [ $crc -eq 0 ] || [ $crc -eq 124 ] || ! grep -q "$want" "$dir/client" "$dir/server"; then
+  echo "--- client (exit $crc):"; cat "$dir/client"
+  echo "--- server:"; cat "$dir/server"
+  echo "FAIL: $tl with SEG_SIZE 8k against the default: expected a failure naming the setting"
+  exit 1
+fi
+grep -h "$want" "$dir/client" "$dir/server" | head -n 1
+echo "PASS: $tl, $# cases, and a SEG_SIZE mismatch refused"
