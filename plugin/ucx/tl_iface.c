@@ -6,7 +6,10 @@
  *   send           am_short / am_bcopy copy into a send descriptor of the interface's pool
  *                  (tx_queue_len of seg_size bytes) and post it with rdmx_tag_send; an eager
  *                  send is usually done inside the post and its descriptor goes back at once,
- *                  else it waits in the in-flight queue until progress finds it done. An empty
+ *                  else (an AM larger than the worker sends eagerly goes by rdmx's rendezvous,
+ *                  an RDMA write into the peer's posted receive) it waits in the in-flight
+ *                  queue until progress finds it done. Descriptors are reused last in, first
+ *                  out. An empty
  *                  pool is UCS_ERR_NO_RESOURCE, and UCP's pending requests run as descriptors
  *                  come back.
  *   receive        rx_queue_len wildcard receives of seg_size bytes, always posted. Progress runs
