@@ -2,56 +2,14 @@
 
 #include <cstring>
 
+#include "protocol/le_bytes.h"
 #include "rdmx/rdmx.h"
 
 namespace rdmx::protocol {
 
-namespace {
-
-class Writer {
- public:
-  explicit Writer(std::uint8_t* p) : p_(p) {}
-  template <class T>
-  void put(T v) {
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      *p_++ = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i));
-    }
-  }
-  void bytes(const std::uint8_t* src, std::size_t n) {
-    std::memcpy(p_, src, n);
-    p_ += n;
-  }
-  const std::uint8_t* pos() const { return p_; }
-
- private:
-  std::uint8_t* p_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::uint8_t* p) : p_(p) {}
-  template <class T>
-  T get() {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      v |= std::uint64_t{*p_++} << (8 * i);
-    }
-    return static_cast<T>(v);
-  }
-  void bytes(std::uint8_t* dst, std::size_t n) {
-    std::memcpy(dst, p_, n);
-    p_ += n;
-  }
-
- private:
-  const std::uint8_t* p_;
-};
-
-}  // namespace
-
 AddressBytes encode_address(const WorkerAddress& a) noexcept {
   AddressBytes out{};
-  Writer w(out.data());
+  LeWriter w(out.data());
   w.put<std::uint32_t>(kAddressMagic);
   w.put<std::uint8_t>(kAddressVersion);
   w.put<std::uint8_t>(a.transport);
@@ -88,7 +46,7 @@ int decode_address(const void* data, std::size_t length, WorkerAddress* out) noe
   if (length < 5) {
     return RDMX_ERR_BAD_ADDRESS;
   }
-  Reader r(static_cast<const std::uint8_t*>(data));
+  LeReader r(static_cast<const std::uint8_t*>(data));
   if (r.get<std::uint32_t>() != kAddressMagic) {
     return RDMX_ERR_BAD_ADDRESS;
   }

@@ -1,52 +1,11 @@
 #include "plugin/ucx/tl_address.h"
 
-#include <cstring>
-
+#include "protocol/le_bytes.h"
 #include "rdmx/rdmx.h"
 
 namespace rdmx::ucx {
-namespace {
-
-// Little-endian fields, whatever the host order (as protocol/address.cc writes the blob).
-class Writer {
- public:
-  explicit Writer(std::uint8_t* p) noexcept : p_(p) {}
-  template <typename T>
-  void put(T v) noexcept {
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      *p_++ = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i));
-    }
-  }
-  void bytes(const void* src, std::size_t n) noexcept {
-    std::memcpy(p_, src, n);
-    p_ += n;
-  }
-
- private:
-  std::uint8_t* p_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::uint8_t* p) noexcept : p_(p) {}
-  template <typename T>
-  T get() noexcept {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      v |= std::uint64_t{*p_++} << (8 * i);
-    }
-    return static_cast<T>(v);
-  }
-  void bytes(void* dst, std::size_t n) noexcept {
-    std::memcpy(dst, p_, n);
-    p_ += n;
-  }
-
- private:
-  const std::uint8_t* p_;
-};
-
-}  // namespace
+using protocol::LeReader;
+using protocol::LeWriter;
 
 bool split_address(const void* blob, std::size_t length, std::uint8_t* device,
                    std::uint8_t* iface) noexcept {
@@ -54,13 +13,13 @@ bool split_address(const void* blob, std::size_t length, std::uint8_t* device,
   if (protocol::decode_address(blob, length, &a) != RDMX_OK || (a.caps & protocol::kCapShm)) {
     return false;
   }
-  Writer d(device);
+  LeWriter d(device);
   d.bytes(a.gid.data(), a.gid.size());
   d.put(a.lid);
   d.put(a.link_layer);
   d.put(a.port);
   d.put(a.mtu);
-  Writer i(iface);
+  LeWriter i(iface);
   i.put(a.transport);
   i.put(a.caps);
   i.put(a.rd_atomic);
@@ -80,13 +39,13 @@ bool split_address(const void* blob, std::size_t length, std::uint8_t* device,
 bool join_address(const std::uint8_t* device, const std::uint8_t* iface,
                   protocol::AddressBytes* blob) noexcept {
   protocol::WorkerAddress a;
-  Reader d(device);
+  LeReader d(device);
   d.bytes(a.gid.data(), a.gid.size());
   a.lid = d.get<std::uint16_t>();
   a.link_layer = d.get<std::uint8_t>();
   a.port = d.get<std::uint8_t>();
   a.mtu = d.get<std::uint32_t>();
-  Reader i(iface);
+  LeReader i(iface);
   a.transport = i.get<std::uint8_t>();
   a.caps = i.get<std::uint8_t>();
   a.rd_atomic = i.get<std::uint8_t>();
