@@ -3,50 +3,13 @@
  * pack its key, unpack it, and check against the kernel's own view (`rdma resource show mr`)
  * that an MR of this process with that rkey and length exists; after the MD is closed no MR and
  * no PD of this process may be left. Prints what it sees; exits non-zero on the first failure. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <uct/api/uct.h>
-#include <unistd.h>
 
-#define CHECK(cond, ...)                     \
-  do {                                       \
-    if (!(cond)) {                           \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fputc('\n', stderr);                   \
-      exit(1);                               \
-    }                                        \
-  } while (0)
-
-#define CHECK_OK(status, what) CHECK((status) == UCS_OK, "%s: %s", what, ucs_status_string(status))
+#include "uct_test_util.h"
 
 enum { kBufferSize = 1 << 20 };
-
-/* The lines of `rdma resource show KIND` that belong to this process, into out (may be NULL).
- * Returns how many there are. */
-static int own_resources(const char* kind, char* out, size_t out_size) {
-  char cmd[64], line[512], pid[32];
-  int n = 0;
-  snprintf(cmd, sizeof(cmd), "rdma resource show %s", kind);
-  snprintf(pid, sizeof(pid), " pid %d ", (int)getpid());
-  FILE* p = popen(cmd, "r");
-  CHECK(p != NULL, "popen(%s)", cmd);
-  if (out != NULL && out_size > 0) {
-    out[0] = '\0';
-  }
-  while (fgets(line, sizeof(line), p) != NULL) {
-    if (strstr(line, pid) == NULL) {
-      continue;
-    }
-    ++n;
-    if (out != NULL && strlen(out) + strlen(line) < out_size) {
-      strcat(out, line);
-    }
-  }
-  CHECK(pclose(p) == 0, "%s failed", cmd);
-  return n;
-}
 
 static void check_md(uct_component_h component, const char* md_name) {
   uct_md_config_t* config;
@@ -113,28 +76,15 @@ static void check_md(uct_component_h component, const char* md_name) {
 
 int main(void) {
   uct_component_h* components;
-  unsigned num_components, i, j, mds = 0;
-
-  CHECK_OK(uct_query_components(&components, &num_components), "uct_query_components");
-  for (i = 0; i < num_components; ++i) {
-    uct_component_attr_t attr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
-                                               UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
-    CHECK_OK(uct_component_query(components[i], &attr), "uct_component_query");
-    if (strcmp(attr.name, "rdmx") != 0) {
-      continue;
-    }
-    uct_md_resource_desc_t* resources = calloc(attr.md_resource_count + 1, sizeof(*resources));
-    CHECK(resources != NULL, "calloc");
-    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
-    attr.md_resources = resources;
-    CHECK_OK(uct_component_query(components[i], &attr), "uct_component_query(md_resources)");
-    for (j = 0; j < attr.md_resource_count; ++j, ++mds) {
-      check_md(components[i], resources[j].md_name);
-    }
-    free(resources);
+  uct_md_resource_desc_t* mds;
+  unsigned num_mds;
+  const uct_component_h rdmx = find_rdmx(&components, &mds, &num_mds);
+  for (unsigned j = 0; j < num_mds; ++j) {
+    check_md(rdmx, mds[j].md_name);
   }
+  free(mds);
   uct_release_component_list(components);
-  CHECK(mds > 0, "no memory domain of component rdmx (is libuct_rdmx.so preloaded?)");
-  printf("PASS: %u rdmx memory domain(s)\n", mds);
+  CHECK(num_mds > 0, "component rdmx has no memory domain");
+  printf("PASS: %u rdmx memory domain(s)\n", num_mds);
   return 0;
 }

@@ -1,0 +1,322 @@
+/* Guest test of the transports rdmx_rc and rdmx_ud through UCX's PUBLIC UCT API only
+ * (libuct_rdmx.so preloaded): teardown leaves nothing behind inside a process that goes on.
+ *
+ * For each transport, rounds of: open the MD, a UCT worker and two interfaces on one device,
+ * connect an endpoint each way, send active messages both ways (am_short, and am_bcopy of
+ * SEG_SIZE, which rdmx carries by rendezvous), and check every one's content and order. Then:
+ *   round "flushed": flush both endpoints (remote completion), destroy them, close everything;
+ *   round "in flight": send a further burst both ways and, without progress or flush, destroy
+ *     the endpoints and close the interfaces with the messages still queued or on the wire.
+ * After each round the kernel's own view (`rdma resource show` for this pid: QPs, CQs, SRQs,
+ * MRs, PDs, contexts) must be back to what it was before the first; while the interfaces were
+ * open it must have listed their objects (so the check sees them at all). Prints what it sees;
+ * exits non-zero on the first failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucs/async/async_fwd.h>
+
+#include "uct_test_util.h"
+
+enum {
+  kAmId = 7,
+  kShortCount = 64,
+  kBcopyCount = 4,
+  kProgressSeconds = 60, /* a wait beyond this is a hang */
+};
+
+static const char* const kKinds[] = {"qp", "cq", "srq", "mr", "pd", "ctx"};
+enum { kNumKinds = sizeof(kKinds) / sizeof(kKinds[0]) };
+
+static void count_all(int counts[kNumKinds]) {
+  for (int k = 0; k < kNumKinds; ++k) {
+    counts[k] = own_resources(kKinds[k], NULL, 0);
+  }
+}
+
+static void print_counts(const char* what, const int counts[kNumKinds]) {
+  printf("  %-28s", what);
+  for (int k = 0; k < kNumKinds; ++k) {
+    printf(" %s %d", kKinds[k], counts[k]);
+  }
+  printf("\n");
+}
+
+/* One side's receive state: the AMs must arrive whole and in send order. */
+typedef struct {
+  const char* name;
+  unsigned next; /* sequence number of the next AM expected */
+  unsigned bad;
+} rx_state_t;
+
+/* Every AM is [u32 sequence][u32 length][bytes (sequence + i) & 0xff]. */
+static void fill(uint8_t* p, unsigned seq, size_t length) {
+  const uint32_t len32 = (uint32_t)length;
+  memcpy(p, &seq, 4);
+  memcpy(p + 4, &len32, 4);
+  for (size_t i = 8; i < length; ++i) {
+    p[i] = (uint8_t)(seq + i);
+  }
+}
+
+static ucs_status_t on_am(void* arg, void* data, size_t length, unsigned flags) {
+  rx_state_t* rx = arg;
+  const uint8_t* p = data;
+  uint32_t seq, len32;
+  (void)flags;
+  memcpy(&seq, p, 4);
+  memcpy(&len32, p + 4, 4);
+  int ok = length >= 8 && seq == rx->next && len32 == length;
+  for (size_t i = 8; ok && i < length; ++i) {
+    ok = p[i] == (uint8_t)(seq + i);
+  }
+  if (!ok && rx->bad++ == 0) {
+    fprintf(stderr, "%s: AM %u of %zu bytes (header says %u, %u expected) is wrong\n", rx->name,
+            seq, length, len32, rx->next);
+  }
+  ++rx->next;
+  return UCS_OK;
+}
+
+typedef struct {
+  unsigned seq;
+  size_t length;
+} pack_arg_t;
+
+static size_t pack(void* dest, void* arg) {
+  const pack_arg_t* a = arg;
+  fill(dest, a->seq, a->length);
+  return a->length;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef struct {
+  uct_iface_h iface;
+  uct_iface_attr_t attr;
+  uct_device_addr_t* dev_addr;
+  uct_iface_addr_t* iface_addr;
+  uct_ep_h ep;
+  rx_state_t rx;
+  unsigned sent;
+} side_t;
+
+static void open_side(side_t* s, const char* name, uct_md_h md, uct_worker_h worker, const char* tl,
+                      const char* dev) {
+  uct_iface_config_t* config;
+  memset(s, 0, sizeof(*s));
+  s->rx.name = name;
+  CHECK_OK(uct_md_iface_config_read(md, tl, NULL, NULL, &config), "uct_md_iface_config_read");
+  uct_iface_params_t params = {
+      .field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
+                    UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_RX_HEADROOM,
+      .open_mode = UCT_IFACE_OPEN_MODE_DEVICE,
+      .mode.device = {.tl_name = tl, .dev_name = dev},
+      .stats_root = NULL,
+      .rx_headroom = 0};
+  CHECK_OK(uct_iface_open(md, worker, &params, config, &s->iface), "uct_iface_open");
+  uct_config_release(config);
+  CHECK_OK(uct_iface_query(s->iface, &s->attr), "uct_iface_query");
+  CHECK(s->attr.cap.flags & UCT_IFACE_FLAG_CONNECT_TO_IFACE, "%s lacks CONNECT_TO_IFACE", tl);
+  CHECK_OK(uct_iface_set_am_handler(s->iface, kAmId, on_am, &s->rx, 0), "set_am_handler");
+  /* As UCP does: uct_worker_progress() calls only the interfaces enabled. */
+  uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+  s->dev_addr = calloc(1, s->attr.device_addr_len);
+  s->iface_addr = calloc(1, s->attr.iface_addr_len);
+  CHECK(s->dev_addr != NULL && s->iface_addr != NULL, "calloc");
+  CHECK_OK(uct_iface_get_device_address(s->iface, s->dev_addr), "get_device_address");
+  CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr), "get_address");
+}
+
+static void connect_to(side_t* from, const side_t* to) {
+  CHECK(uct_iface_is_reachable(from->iface, to->dev_addr, to->iface_addr), "peer unreachable");
+  uct_ep_params_t params = {.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                                          UCT_EP_PARAM_FIELD_IFACE_ADDR,
+                            .iface = from->iface,
+                            .dev_addr = to->dev_addr,
+                            .iface_addr = to->iface_addr};
+  CHECK_OK(uct_ep_create(&params, &from->ep), "uct_ep_create");
+}
+
+/* Posts one AM (short or bcopy by size), progressing while the send pool is empty. */
+static void send_one(uct_worker_h worker, side_t* s, size_t length) {
+  uint8_t buffer[256];
+  const unsigned seq = s->sent++;
+  const double deadline = now_s() + kProgressSeconds;
+  for (;;) {
+    ucs_status_t status;
+    if (length <= s->attr.cap.am.max_short && length <= sizeof(buffer)) {
+      uint64_t header;
+      fill(buffer, seq, length);
+      memcpy(&header, buffer, 8);
+      status = uct_ep_am_short(s->ep, kAmId, header, buffer + 8, (unsigned)(length - 8));
+    } else {
+      pack_arg_t arg = {seq, length};
+      const ssize_t packed = uct_ep_am_bcopy(s->ep, kAmId, pack, &arg, 0);
+      status = packed < 0 ? (ucs_status_t)packed : UCS_OK;
+    }
+    if (status == UCS_OK) {
+      return;
+    }
+    CHECK(status == UCS_ERR_NO_RESOURCE, "%s: send %u: %s", s->rx.name, seq,
+          ucs_status_string(status));
+    CHECK(now_s() < deadline, "%s: no send resource for %d s", s->rx.name, kProgressSeconds);
+    uct_worker_progress(worker);
+  }
+}
+
+static void send_burst(uct_worker_h worker, side_t* s) {
+  const size_t short_len = s->attr.cap.am.max_short < 64 ? s->attr.cap.am.max_short : 64;
+  for (unsigned i = 0; i < kShortCount; ++i) {
+    send_one(worker, s, 8 + i % (short_len - 7));
+  }
+  for (unsigned i = 0; i < kBcopyCount; ++i) {
+    send_one(worker, s, s->attr.cap.am.max_bcopy);
+  }
+}
+
+static void flush_completed(uct_completion_t* comp) {
+  (void)comp;
+}
+
+static void flush_ep(uct_worker_h worker, side_t* s) {
+  uct_completion_t comp = {.func = flush_completed, .count = 1, .status = UCS_OK};
+  const double deadline = now_s() + kProgressSeconds;
+  ucs_status_t status;
+  while ((status = uct_ep_flush(s->ep, 0, &comp)) == UCS_ERR_NO_RESOURCE) {
+    CHECK(now_s() < deadline, "%s: flush found no resource for %d s", s->rx.name, kProgressSeconds);
+    uct_worker_progress(worker);
+  }
+  if (status == UCS_INPROGRESS) {
+    while (comp.count > 0) {
+      CHECK(now_s() < deadline, "%s: flush not done after %d s", s->rx.name, kProgressSeconds);
+      uct_worker_progress(worker);
+    }
+    status = comp.status;
+  }
+  CHECK_OK(status, "uct_ep_flush");
+}
+
+static void close_side(side_t* s) {
+  if (s->ep != NULL) {
+    uct_ep_destroy(s->ep);
+  }
+  uct_iface_close(s->iface);
+  free(s->dev_addr);
+  free(s->iface_addr);
+}
+
+static void run_round(uct_component_h component, const char* md_name, const char* tl,
+                      const char* dev, int in_flight, const int baseline[kNumKinds]) {
+  uct_md_config_t* md_config;
+  uct_md_h md;
+  ucs_async_context_t* async;
+  uct_worker_h worker;
+  side_t a, b;
+  int counts[kNumKinds];
+
+  printf("%s on %s, round \"%s\":\n", tl, dev, in_flight ? "in flight" : "flushed");
+  CHECK_OK(uct_md_config_read(component, NULL, NULL, &md_config), "uct_md_config_read");
+  CHECK_OK(uct_md_open(component, md_name, md_config, &md), "uct_md_open");
+  uct_config_release(md_config);
+  CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async), "async_create");
+  CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), "uct_worker_create");
+  open_side(&a, "a", md, worker, tl, dev);
+  open_side(&b, "b", md, worker, tl, dev);
+  connect_to(&a, &b);
+  connect_to(&b, &a);
+
+  send_burst(worker, &a);
+  send_burst(worker, &b);
+  const double deadline = now_s() + kProgressSeconds;
+  while (a.rx.next < b.sent || b.rx.next < a.sent) {
+    CHECK(now_s() < deadline, "after %d s a has %u of %u AMs, b %u of %u", kProgressSeconds,
+          a.rx.next, b.sent, b.rx.next, a.sent);
+    uct_worker_progress(worker);
+  }
+  CHECK(a.rx.bad == 0 && b.rx.bad == 0, "%u and %u AMs wrong", a.rx.bad, b.rx.bad);
+  printf("  %u AMs each way arrived whole and in order (short up to %zu B, bcopy %zu B)\n", a.sent,
+         a.attr.cap.am.max_short, a.attr.cap.am.max_bcopy);
+  count_all(counts);
+  print_counts("open, after traffic:", counts);
+  CHECK(counts[0] > baseline[0] && counts[1] > baseline[1] && counts[3] > baseline[3],
+        "rdma resource show does not list the interfaces' QPs, CQs and MRs");
+
+  if (in_flight) {
+    send_burst(worker, &a);
+    send_burst(worker, &b);
+    printf("  closing with %u + %u AMs unreceived\n", a.sent - b.rx.next, b.sent - a.rx.next);
+  } else {
+    flush_ep(worker, &a);
+    flush_ep(worker, &b);
+    printf("  both endpoints flushed\n");
+  }
+  close_side(&a);
+  close_side(&b);
+  uct_worker_destroy(worker);
+  ucs_async_context_destroy(async);
+  uct_md_close(md);
+
+  count_all(counts);
+  print_counts("after close:", counts);
+  for (int k = 0; k < kNumKinds; ++k) {
+    CHECK(counts[k] == baseline[k], "%d %s left after close (%d before)", counts[k] - baseline[k],
+          kKinds[k], baseline[k]);
+  }
+}
+
+/* The first MD of component rdmx that offers transport tl: its name and the device's. */
+static int find_device(uct_component_h component, const uct_md_resource_desc_t* mds,
+                       unsigned num_mds, const char* tl, char* md_name, char* dev_name) {
+  for (unsigned j = 0; j < num_mds; ++j) {
+    uct_md_config_t* config;
+    uct_md_h md;
+    uct_tl_resource_desc_t* tls;
+    unsigned num_tls, found = 0;
+    CHECK_OK(uct_md_config_read(component, NULL, NULL, &config), "uct_md_config_read");
+    CHECK_OK(uct_md_open(component, mds[j].md_name, config, &md), "uct_md_open");
+    uct_config_release(config);
+    CHECK_OK(uct_md_query_tl_resources(md, &tls, &num_tls), "uct_md_query_tl_resources");
+    for (unsigned t = 0; t < num_tls && !found; ++t) {
+      if (strcmp(tls[t].tl_name, tl) == 0) {
+        snprintf(md_name, UCT_MD_NAME_MAX, "%s", mds[j].md_name);
+        snprintf(dev_name, UCT_DEVICE_NAME_MAX, "%s", tls[t].dev_name);
+        found = 1;
+      }
+    }
+    uct_release_tl_resource_list(tls);
+    uct_md_close(md);
+    if (found) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int main(void) {
+  uct_component_h* components;
+  uct_md_resource_desc_t* mds;
+  unsigned num_mds, rounds = 0;
+  int baseline[kNumKinds];
+
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  count_all(baseline);
+  print_counts("before:", baseline);
+  const uct_component_h rdmx = find_rdmx(&components, &mds, &num_mds);
+  for (const char* const* tl = (const char* const[]){"rdmx_rc", "rdmx_ud", NULL}; *tl; ++tl) {
+    char md_name[UCT_MD_NAME_MAX], dev_name[UCT_DEVICE_NAME_MAX];
+    CHECK(find_device(rdmx, mds, num_mds, *tl, md_name, dev_name), "no device offers %s", *tl);
+    for (int in_flight = 0; in_flight <= 1; ++in_flight, ++rounds) {
+      run_round(rdmx, md_name, *tl, dev_name, in_flight, baseline);
+    }
+  }
+  free(mds);
+  uct_release_component_list(components);
+  printf("PASS: %u rounds, nothing left after any\n", rounds);
+  return 0;
+}

@@ -1,0 +1,74 @@
+/* What the UCT test programs of tests/ucx share: failing checks, the kernel's view of this
+ * process's verbs objects, and finding component rdmx through the public API. Header-only: each
+ * program is one C file. */
+#ifndef RDMX_TESTS_UCX_UCT_TEST_UTIL_H
+#define RDMX_TESTS_UCX_UCT_TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uct/api/uct.h>
+#include <unistd.h>
+
+#define CHECK(cond, ...)                     \
+  do {                                       \
+    if (!(cond)) {                           \
+      fprintf(stderr, "FAIL: " __VA_ARGS__); \
+      fputc('\n', stderr);                   \
+      exit(1);                               \
+    }                                        \
+  } while (0)
+
+#define CHECK_OK(status, what) CHECK((status) == UCS_OK, "%s: %s", what, ucs_status_string(status))
+
+/* The lines of `rdma resource show KIND` that belong to this process, into out (may be NULL).
+ * Returns how many there are. */
+static inline int own_resources(const char* kind, char* out, size_t out_size) {
+  char cmd[64], line[1024], pid[32];
+  int n = 0;
+  snprintf(cmd, sizeof(cmd), "rdma resource show %s", kind);
+  snprintf(pid, sizeof(pid), " pid %d ", (int)getpid());
+  FILE* p = popen(cmd, "r");
+  CHECK(p != NULL, "popen(%s)", cmd);
+  if (out != NULL && out_size > 0) {
+    out[0] = '\0';
+  }
+  while (fgets(line, sizeof(line), p) != NULL) {
+    if (strstr(line, pid) == NULL) {
+      continue;
+    }
+    ++n;
+    if (out != NULL && strlen(out) + strlen(line) < out_size) {
+      strcat(out, line);
+    }
+  }
+  CHECK(pclose(p) == 0, "%s failed", cmd);
+  return n;
+}
+
+/* Component rdmx and its memory domains (*mds: calloc'd, the caller frees it). Fails when the
+ * module is not loaded. *components is for uct_release_component_list. */
+static inline uct_component_h find_rdmx(uct_component_h** components, uct_md_resource_desc_t** mds,
+                                        unsigned* num_mds) {
+  unsigned num_components;
+  CHECK_OK(uct_query_components(components, &num_components), "uct_query_components");
+  for (unsigned i = 0; i < num_components; ++i) {
+    uct_component_attr_t attr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
+                                               UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
+    CHECK_OK(uct_component_query((*components)[i], &attr), "uct_component_query");
+    if (strcmp(attr.name, "rdmx") != 0) {
+      continue;
+    }
+    *mds = calloc(attr.md_resource_count + 1, sizeof(**mds));
+    CHECK(*mds != NULL, "calloc");
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+    attr.md_resources = *mds;
+    CHECK_OK(uct_component_query((*components)[i], &attr), "uct_component_query(md_resources)");
+    *num_mds = attr.md_resource_count;
+    return (*components)[i];
+  }
+  CHECK(0, "no UCT component rdmx (is libuct_rdmx.so preloaded?)");
+  return NULL;
+}
+
+#endif
