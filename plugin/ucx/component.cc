@@ -298,6 +298,13 @@ size_t rdmx_ucx_tl_eager_capacity(const void* blob, size_t length) {
   }
   return a.class_capacity[rdmx::protocol::kNumClasses - 1];
 }
+uint64_t rdmx_ucx_tl_blob_uid(const void* blob) {
+  rdmx::protocol::WorkerAddress a;
+  if (rdmx::protocol::decode_address(blob, rdmx::protocol::kAddressSize, &a) != RDMX_OK) {
+    return 0;
+  }
+  return a.uid;
+}
 
 const char* rdmx_ucx_md_device(uct_md_h md) {
   return rdmx::ucx::domain_of(md).device().c_str();

@@ -7,6 +7,7 @@
 #define RDMX_PLUGIN_UCX_TL_GLUE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uct/api/uct.h>
 
 #ifdef __cplusplus
@@ -28,6 +29,9 @@ int rdmx_ucx_tl_address_transport(const void* iface);
 /* The payload bytes of the larger receive buffers of the worker whose blob this is: the largest
  * message it takes eagerly (0 when the blob is not a worker's). */
 size_t rdmx_ucx_tl_eager_capacity(const void* blob, size_t length);
+/* The uid of the worker whose blob (rdmx_ucx_tl_blob_size() bytes) this is: the source its
+ * messages and its failure are reported by (0 when the blob is not a worker's). */
+uint64_t rdmx_ucx_tl_blob_uid(const void* blob);
 
 /* The RDMA device of an rdmx MD, its physical ports, and a port's state (1 active, 0 not) and
  * signalling rate in bytes per second (0 when it cannot be queried). */

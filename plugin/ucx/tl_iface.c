@@ -23,6 +23,11 @@
  *                  been matched there too; and the endpoint's sends rdmx still holds (a
  *                  rendezvous writing its data) must be done (remote completion, as UCT's flush
  *                  promises).
+ *   peer failure   rdmx's peer-failure callback (a peer found dead: a send that failed or made no
+ *                  progress, liveness probes unanswered, within RDMX_PEER_TIMEOUT_MS) records
+ *                  the uid; progress then fails the endpoints to that peer (their flushes, and
+ *                  every later one, end with UCS_ERR_ENDPOINT_TIMEOUT) and reports each through
+ *                  uct_iface_handle_ep_err, outside rdmx, since UCP's handler discards them.
  *   address        the worker's blob split into a device and an interface address (tl_address.h),
  *                  the interface's SEG_SIZE after the latter: a peer whose AMs would not fit in
  *                  this one's receives (or the other way) is unreachable, with a message, rather
@@ -44,6 +49,7 @@
 #include <uct/base/uct_md.h>
 /* clang-format on */
 
+#include <inttypes.h>
 #include <limits.h>
 #include <rdmx/rdmx.h>
 #include <stdlib.h>
@@ -109,11 +115,16 @@ typedef struct uct_rdmx_iface {
   uint8_t iface_addr[64]; /* the worker's part (tl_address.h); SEG_SIZE follows */
   int warned_seg_size;
   double bandwidth;
+  uint64_t* dead_uids; /* peers rdmx found dead, not yet handled by progress */
+  unsigned dead_count;
+  unsigned dead_capacity;
 } uct_rdmx_iface_t;
 
 typedef struct uct_rdmx_ep {
   uct_base_ep_t super;
   rdmx_ep_t* ep;
+  uint64_t peer_uid;   /* the source rdmx names the peer by */
+  ucs_status_t status; /* UCS_OK, or why the endpoint failed (its peer found dead) */
   ucs_list_link_t list;
   ucs_queue_head_t pending;
   int unflushed;        /* a message went since the last marker */
@@ -358,8 +369,11 @@ static void uct_rdmx_ep_flush_progress(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* e
     if (rc == RDMX_INPROGRESS) {
       break;
     }
-    if (rc != RDMX_OK) {
+    if (rc != RDMX_OK && ep->status == UCS_OK) {
+      /* The peer left (a dead one was failed by uct_rdmx_handle_dead_peers already): what went
+       * before the marker may not have arrived, so this flush and every later one fail. */
       ucs_debug("rdmx: a flush marker failed: %s", rdmx_strerror(rc));
+      ep->status = uct_rdmx_status(rc);
     }
     ep->marker_done = m->seq;
     ucs_queue_pull_non_empty(&ep->markers);
@@ -372,7 +386,7 @@ static void uct_rdmx_ep_flush_progress(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* e
       break;
     }
     ucs_queue_pull_non_empty(&ep->waiters);
-    uct_invoke_completion(w->comp, UCS_OK);
+    uct_invoke_completion(w->comp, ep->status);
     ucs_free(w);
   }
   (void)iface;
@@ -392,6 +406,9 @@ static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_comple
   int rc;
 
   (void)flags; /* UCT_FLUSH_FLAG_CANCEL: nothing to cancel that is not already on the wire */
+  if (ep->status != UCS_OK) {
+    return ep->status;
+  }
   if (!ep->unflushed && ep->marker_done == ep->marker_seq && ep->inflight == 0) {
     return UCS_OK;
   }
@@ -445,6 +462,67 @@ static ucs_status_t uct_rdmx_iface_flush(uct_iface_h tl_iface, unsigned flags,
   return result;
 }
 
+/* ---- peer failure ------------------------------------------------------------------------ */
+
+/* rdmx's peer-failure callback: it runs inside rdmx_worker_progress, where rdmx must not be
+ * called, so it only records the uid for uct_rdmx_handle_dead_peers. */
+static void uct_rdmx_peer_failed(uint64_t uid, void* arg) {
+  uct_rdmx_iface_t* iface = arg;
+  if (iface->dead_count == iface->dead_capacity) {
+    const unsigned capacity = iface->dead_capacity ? 2 * iface->dead_capacity : 4;
+    uint64_t* uids = ucs_realloc(iface->dead_uids, capacity * sizeof(*uids), "rdmx dead peers");
+    if (uids == NULL) {
+      ucs_error("rdmx: out of memory recording a dead peer (uid 0x%" PRIx64
+                "): its endpoints' failure is not reported",
+                uid);
+      return;
+    }
+    iface->dead_uids = uids;
+    iface->dead_capacity = capacity;
+  }
+  iface->dead_uids[iface->dead_count++] = uid;
+}
+
+/* The endpoint's peer is gone: its waiting flushes end with `status`, as will every later one
+ * (its sends rdmx fails itself). */
+static void uct_rdmx_ep_fail(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep, ucs_status_t status) {
+  const int was_flushing = uct_rdmx_ep_is_flushing(ep);
+  ep->status = status;
+  while (!ucs_queue_is_empty(&ep->waiters)) {
+    uct_rdmx_flush_waiter_t* w =
+        ucs_queue_pull_elem_non_empty(&ep->waiters, uct_rdmx_flush_waiter_t, elem);
+    uct_invoke_completion(w->comp, status);
+    ucs_free(w);
+  }
+  if (was_flushing && !uct_rdmx_ep_is_flushing(ep)) {
+    --iface->flushing_eps;
+  }
+}
+
+/* Each endpoint to a peer rdmx found dead fails and goes to the interface's error handler
+ * (UCP's discards it, and may destroy endpoints: the list is searched again after each call). */
+static void uct_rdmx_handle_dead_peers(uct_rdmx_iface_t* iface) {
+  while (iface->dead_count > 0) {
+    const uint64_t uid = iface->dead_uids[--iface->dead_count];
+    for (;;) {
+      uct_rdmx_ep_t* ep;
+      uct_rdmx_ep_t* failed = NULL;
+      ucs_list_for_each(ep, &iface->eps, list) {
+        if (ep->peer_uid == uid && ep->status == UCS_OK) {
+          failed = ep;
+          break;
+        }
+      }
+      if (failed == NULL) {
+        break;
+      }
+      ucs_debug("rdmx: endpoint %p: its peer (uid 0x%" PRIx64 ") is found dead", failed, uid);
+      uct_rdmx_ep_fail(iface, failed, UCS_ERR_ENDPOINT_TIMEOUT);
+      uct_iface_handle_ep_err(&iface->super.super, &failed->super.super, UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+  }
+}
+
 /* ---- progress ---------------------------------------------------------------------------- */
 
 static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
@@ -458,6 +536,9 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
 
   if (events > 0) {
     count += (unsigned)events;
+  }
+  if (iface->dead_count > 0) {
+    uct_rdmx_handle_dead_peers(iface);
   }
   /* Arrivals, in the order their receives were posted (see the top of the file). */
   for (;;) {
@@ -549,6 +630,8 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
     ucs_error("rdmx: connecting to a peer failed: %s", rdmx_strerror(rc));
     return uct_rdmx_status(rc);
   }
+  self->peer_uid = rdmx_ucx_tl_blob_uid(blob);
+  self->status = UCS_OK;
   ucs_queue_head_init(&self->pending);
   ucs_queue_head_init(&self->markers);
   ucs_queue_head_init(&self->waiters);
@@ -608,7 +691,8 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
   attr->ep_addr_len = 0;
   attr->max_conn_priv = 0;
   attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_AM_SHORT |
-                    UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC;
+                    UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
+                    UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE;
   attr->cap.event_flags = 0;
   attr->cap.am.max_short = iface->short_size;
   attr->cap.am.max_bcopy = iface->seg_size;
@@ -758,6 +842,10 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
   ucs_queue_head_init(&self->orphan_markers);
   ucs_list_head_init(&self->eps);
   self->pending_count = 0;
+  self->dead_uids = NULL;
+  self->dead_count = 0;
+  self->dead_capacity = 0;
+  rdmx_worker_set_peer_failure_callback(self->worker, uct_rdmx_peer_failed, self);
   self->flushing_eps = 0;
   self->rx_head = 0;
   for (i = 0; i < tx_count; ++i) {
@@ -781,6 +869,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_iface_t) {
   }
   ucs_free(self->tx_mem);
   ucs_free(self->rx_mem);
+  ucs_free(self->dead_uids);
 }
 
 UCS_CLASS_DEFINE(uct_rdmx_iface_t, uct_base_iface_t);

@@ -71,4 +71,33 @@ static inline uct_component_h find_rdmx(uct_component_h** components, uct_md_res
   return NULL;
 }
 
+/* The first of the component's MDs that offers transport tl: its name and the device's (0 when
+ * none does). */
+static inline int find_tl_device(uct_component_h component, const uct_md_resource_desc_t* mds,
+                                 unsigned num_mds, const char* tl, char* md_name, char* dev_name) {
+  for (unsigned j = 0; j < num_mds; ++j) {
+    uct_md_config_t* config;
+    uct_md_h md;
+    uct_tl_resource_desc_t* tls;
+    unsigned num_tls, found = 0;
+    CHECK_OK(uct_md_config_read(component, NULL, NULL, &config), "uct_md_config_read");
+    CHECK_OK(uct_md_open(component, mds[j].md_name, config, &md), "uct_md_open");
+    uct_config_release(config);
+    CHECK_OK(uct_md_query_tl_resources(md, &tls, &num_tls), "uct_md_query_tl_resources");
+    for (unsigned t = 0; t < num_tls && !found; ++t) {
+      if (strcmp(tls[t].tl_name, tl) == 0) {
+        snprintf(md_name, UCT_MD_NAME_MAX, "%s", mds[j].md_name);
+        snprintf(dev_name, UCT_DEVICE_NAME_MAX, "%s", tls[t].dev_name);
+        found = 1;
+      }
+    }
+    uct_release_tl_resource_list(tls);
+    uct_md_close(md);
+    if (found) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
 #endif

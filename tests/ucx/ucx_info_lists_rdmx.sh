@@ -1,7 +1,9 @@
 #!/bin/sh
 # Guest test: `ucx_info -d` with libuct_rdmx.so preloaded lists component rdmx with one memory
 # domain rdmx_<ibdev> per RDMA device and its transports rdmx_rc and rdmx_ud on <ibdev>:1, and
-# `ucx_info -c` their settings. Usage: ucx_info_lists_rdmx.sh LIBUCT_RDMX
+# `ucx_info -c` their settings; and UCP, asked for error handling (UCP_ERR_HANDLING_MODE_PEER,
+# which needs UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE), puts each in an endpoint to another node.
+# Usage: ucx_info_lists_rdmx.sh LIBUCT_RDMX
 set -u
 lib=$1
 out=$(LD_PRELOAD=$lib ucx_info -d 2>&1) || { echo "$out"; echo "FAIL: ucx_info -d failed"; exit 1; }
@@ -27,6 +29,12 @@ for v in UCX_RDMX_RC_SEG_SIZE UCX_RDMX_RC_RX_QUEUE_LEN UCX_RDMX_UD_TX_QUEUE_LEN;
   printf "%s\n" "$conf" | grep "^$v=" || { echo "FAIL: ucx_info -c does not list $v"; exit 1; }
 done
 [ "$n" -gt 0 ] || { echo "FAIL: no RDMA device in /sys/class/infiniband"; exit 1; }
+for tl in rdmx_rc rdmx_ud; do
+  ep=$(LD_PRELOAD=$lib UCX_TLS=$tl,self ucx_info -u te -e -P inter 2>&1)
+  printf '%s\n' "$ep" | grep -E "^#.*lane\[" | grep -q "$tl/" ||
+    { echo "$ep"; echo "FAIL: an endpoint with error handling has no $tl lane"; exit 1; }
+  printf '%s\n' "$ep" | grep -E "^#.*lane\[0\]"
+done
 # The module reports its failures (device, registration, version) on lines of its own.
 if printf '%s\n' "$out" | grep '^rdmx: '; then
   echo "FAIL: the module reported an error"
