@@ -22,7 +22,8 @@
  *                  it completes once the peer has matched it, so every message before it has
  *                  been matched there too; and the endpoint's sends rdmx still holds (a
  *                  rendezvous writing its data) must be done (remote completion, as UCT's flush
- *                  promises).
+ *                  promises). With UCT_FLUSH_FLAG_CANCEL (UCP discarding the endpoint) no
+ *                  marker: only the sends rdmx still holds must end.
  *   peer failure   rdmx's peer-failure callback (a peer found dead: a send that failed or made no
  *                  progress, liveness probes unanswered, within RDMX_PEER_TIMEOUT_MS) records
  *                  the uid; progress then fails the endpoints to that peer (their flushes, and
@@ -92,6 +93,7 @@ typedef struct uct_rdmx_flush_waiter {
   ucs_queue_elem_t elem;
   uct_completion_t* comp;
   uint64_t seq;
+  ucs_status_t status; /* once done */
 } uct_rdmx_flush_waiter_t;
 
 typedef struct uct_rdmx_iface {
@@ -123,8 +125,9 @@ typedef struct uct_rdmx_iface {
 typedef struct uct_rdmx_ep {
   uct_base_ep_t super;
   rdmx_ep_t* ep;
-  uint64_t peer_uid;   /* the source rdmx names the peer by */
-  ucs_status_t status; /* UCS_OK, or why the endpoint failed (its peer found dead) */
+  uint64_t peer_uid;         /* the source rdmx names the peer by */
+  ucs_status_t status;       /* UCS_OK, or why the endpoint failed (its peer found dead) */
+  ucs_status_t flush_status; /* what its flushes end with: a failed marker's status sticks */
   ucs_list_link_t list;
   ucs_queue_head_t pending;
   int unflushed;        /* a message went since the last marker */
@@ -361,7 +364,18 @@ static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
 
 /* ---- flush ------------------------------------------------------------------------------- */
 
-static void uct_rdmx_ep_flush_progress(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep) {
+/* Runs the completions of flushes that are done, moved to `done` first: a completion may destroy
+ * endpoints, so no endpoint is touched after one. */
+static void uct_rdmx_complete_flushes(ucs_queue_head_t* done) {
+  while (!ucs_queue_is_empty(done)) {
+    uct_rdmx_flush_waiter_t* w = ucs_queue_pull_elem_non_empty(done, uct_rdmx_flush_waiter_t, elem);
+    uct_invoke_completion(w->comp, w->status);
+    ucs_free(w);
+  }
+}
+
+/* Retires the endpoint's finished markers and moves its flushes now done to `done`. */
+static void uct_rdmx_ep_flush_progress(uct_rdmx_ep_t* ep, ucs_queue_head_t* done) {
   while (!ucs_queue_is_empty(&ep->markers)) {
     uct_rdmx_marker_t* m = ucs_queue_head_elem_non_empty(&ep->markers, uct_rdmx_marker_t, elem);
     rdmx_status_t st;
@@ -369,11 +383,11 @@ static void uct_rdmx_ep_flush_progress(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* e
     if (rc == RDMX_INPROGRESS) {
       break;
     }
-    if (rc != RDMX_OK && ep->status == UCS_OK) {
-      /* The peer left (a dead one was failed by uct_rdmx_handle_dead_peers already): what went
-       * before the marker may not have arrived, so this flush and every later one fail. */
+    if (rc != RDMX_OK && ep->flush_status == UCS_OK) {
+      /* The peer left cleanly (a dead one's flushes were failed by uct_rdmx_handle_dead_peers):
+       * what went before the marker may not have arrived. Later flushes rdmx refuses itself. */
       ucs_debug("rdmx: a flush marker failed: %s", rdmx_strerror(rc));
-      ep->status = uct_rdmx_status(rc);
+      ep->flush_status = uct_rdmx_status(rc);
     }
     ep->marker_done = m->seq;
     ucs_queue_pull_non_empty(&ep->markers);
@@ -386,10 +400,9 @@ static void uct_rdmx_ep_flush_progress(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* e
       break;
     }
     ucs_queue_pull_non_empty(&ep->waiters);
-    uct_invoke_completion(w->comp, ep->status);
-    ucs_free(w);
+    w->status = ep->flush_status;
+    ucs_queue_push(done, &w->elem);
   }
-  (void)iface;
 }
 
 static int uct_rdmx_ep_is_flushing(const uct_rdmx_ep_t* ep) {
@@ -405,9 +418,17 @@ static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_comple
   uct_rdmx_marker_t* m;
   int rc;
 
-  (void)flags; /* UCT_FLUSH_FLAG_CANCEL: nothing to cancel that is not already on the wire */
   if (ep->status != UCS_OK) {
     return ep->status;
+  }
+  if (flags & UCT_FLUSH_FLAG_CANCEL) {
+    /* The endpoint is being discarded (UCP, e.g. after its peer failed on another interface):
+     * what is on the wire need not be confirmed, so no marker, which a dead peer would hold for
+     * the peer timeout. Only the sends rdmx still holds must end (it fails them if need be). */
+    ep->unflushed = 0;
+    if (ep->inflight == 0) {
+      return UCS_OK;
+    }
   }
   if (!ep->unflushed && ep->marker_done == ep->marker_seq && ep->inflight == 0) {
     return UCS_OK;
@@ -432,7 +453,8 @@ static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_comple
       return UCS_ERR_NO_MEMORY;
     }
     w->comp = comp;
-    w->seq = ep->marker_seq;
+    /* Cancel: the markers already posted need not be matched either. */
+    w->seq = (flags & UCT_FLUSH_FLAG_CANCEL) ? ep->marker_done : ep->marker_seq;
     ucs_queue_push(&ep->waiters, &w->elem);
   }
   if (!was_flushing && uct_rdmx_ep_is_flushing(ep)) {
@@ -455,9 +477,10 @@ static ucs_status_t uct_rdmx_iface_flush(uct_iface_h tl_iface, unsigned flags,
     const ucs_status_t status = uct_rdmx_ep_flush(&ep->super.super, flags, NULL);
     if (status == UCS_INPROGRESS) {
       result = UCS_INPROGRESS;
-    } else if (status != UCS_OK) {
+    } else if (status != UCS_OK && status != UCS_ERR_UNREACHABLE &&
+               status != UCS_ERR_ENDPOINT_TIMEOUT) {
       return status;
-    }
+    } /* else its peer is gone: nothing of it is left to complete, the others still flush */
   }
   return result;
 }
@@ -483,16 +506,18 @@ static void uct_rdmx_peer_failed(uint64_t uid, void* arg) {
   iface->dead_uids[iface->dead_count++] = uid;
 }
 
-/* The endpoint's peer is gone: its waiting flushes end with `status`, as will every later one
- * (its sends rdmx fails itself). */
-static void uct_rdmx_ep_fail(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep, ucs_status_t status) {
+/* The endpoint's peer is gone: its waiting flushes, moved to `done`, end with `status`, and so
+ * does every later one (its sends rdmx fails itself). */
+static void uct_rdmx_ep_fail(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep, ucs_status_t status,
+                             ucs_queue_head_t* done) {
   const int was_flushing = uct_rdmx_ep_is_flushing(ep);
   ep->status = status;
+  ep->flush_status = status;
   while (!ucs_queue_is_empty(&ep->waiters)) {
     uct_rdmx_flush_waiter_t* w =
         ucs_queue_pull_elem_non_empty(&ep->waiters, uct_rdmx_flush_waiter_t, elem);
-    uct_invoke_completion(w->comp, status);
-    ucs_free(w);
+    w->status = status;
+    ucs_queue_push(done, &w->elem);
   }
   if (was_flushing && !uct_rdmx_ep_is_flushing(ep)) {
     --iface->flushing_eps;
@@ -516,9 +541,19 @@ static void uct_rdmx_handle_dead_peers(uct_rdmx_iface_t* iface) {
       if (failed == NULL) {
         break;
       }
+      ucs_queue_head_t done;
+      ucs_status_t status;
+      ucs_queue_head_init(&done);
       ucs_debug("rdmx: endpoint %p: its peer (uid 0x%" PRIx64 ") is found dead", failed, uid);
-      uct_rdmx_ep_fail(iface, failed, UCS_ERR_ENDPOINT_TIMEOUT);
-      uct_iface_handle_ep_err(&iface->super.super, &failed->super.super, UCS_ERR_ENDPOINT_TIMEOUT);
+      uct_rdmx_ep_fail(iface, failed, UCS_ERR_ENDPOINT_TIMEOUT, &done);
+      status = uct_iface_handle_ep_err(&iface->super.super, &failed->super.super,
+                                       UCS_ERR_ENDPOINT_TIMEOUT);
+      if (status != UCS_OK) { /* no handler took it (a UCT user that set none) */
+        ucs_error("rdmx: the peer of endpoint %p (uid 0x%" PRIx64
+                  ") is found dead; its sends and flushes fail: %s",
+                  failed, uid, ucs_status_string(status));
+      }
+      uct_rdmx_complete_flushes(&done);
     }
   }
 }
@@ -536,9 +571,6 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
 
   if (events > 0) {
     count += (unsigned)events;
-  }
-  if (iface->dead_count > 0) {
-    uct_rdmx_handle_dead_peers(iface);
   }
   /* Arrivals, in the order their receives were posted (see the top of the file). */
   for (;;) {
@@ -571,6 +603,10 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
     }
     uct_rdmx_rx_post(iface, rx);
   }
+  /* After the arrivals: what a dead peer sent before it died reaches the handlers first. */
+  if (iface->dead_count > 0) {
+    uct_rdmx_handle_dead_peers(iface);
+  }
   /* Sends that were still active when posted. */
   ucs_queue_for_each_safe(desc, iter, &iface->tx_inflight, elem) {
     if (rdmx_request_test(&desc->req, NULL) != RDMX_INPROGRESS) {
@@ -585,14 +621,17 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
     uct_rdmx_dispatch_pending(iface);
   }
   if (iface->flushing_eps > 0) {
+    ucs_queue_head_t done;
+    ucs_queue_head_init(&done);
     ucs_list_for_each(ep, &iface->eps, list) {
       if (uct_rdmx_ep_is_flushing(ep)) {
-        uct_rdmx_ep_flush_progress(iface, ep);
+        uct_rdmx_ep_flush_progress(ep, &done);
         if (!uct_rdmx_ep_is_flushing(ep)) {
           --iface->flushing_eps;
         }
       }
     }
+    uct_rdmx_complete_flushes(&done);
   }
   ucs_queue_for_each_safe(m, iter, &iface->orphan_markers, elem) {
     if (rdmx_request_test(&m->req, NULL) != RDMX_INPROGRESS) {
@@ -632,6 +671,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
   }
   self->peer_uid = rdmx_ucx_tl_blob_uid(blob);
   self->status = UCS_OK;
+  self->flush_status = UCS_OK;
   ucs_queue_head_init(&self->pending);
   ucs_queue_head_init(&self->markers);
   ucs_queue_head_init(&self->waiters);

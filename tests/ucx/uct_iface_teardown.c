@@ -90,12 +90,6 @@ static size_t pack(void* dest, void* arg) {
   return a->length;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 typedef struct {
   uct_iface_h iface;
   uct_iface_attr_t attr;
@@ -180,28 +174,6 @@ static void send_burst(uct_worker_h worker, side_t* s) {
   }
 }
 
-static void flush_completed(uct_completion_t* comp) {
-  (void)comp;
-}
-
-static void flush_ep(uct_worker_h worker, side_t* s) {
-  uct_completion_t comp = {.func = flush_completed, .count = 1, .status = UCS_OK};
-  const double deadline = now_s() + kProgressSeconds;
-  ucs_status_t status;
-  while ((status = uct_ep_flush(s->ep, 0, &comp)) == UCS_ERR_NO_RESOURCE) {
-    CHECK(now_s() < deadline, "%s: flush found no resource for %d s", s->rx.name, kProgressSeconds);
-    uct_worker_progress(worker);
-  }
-  if (status == UCS_INPROGRESS) {
-    while (comp.count > 0) {
-      CHECK(now_s() < deadline, "%s: flush not done after %d s", s->rx.name, kProgressSeconds);
-      uct_worker_progress(worker);
-    }
-    status = comp.status;
-  }
-  CHECK_OK(status, "uct_ep_flush");
-}
-
 static void close_side(side_t* s) {
   if (s->ep != NULL) {
     uct_ep_destroy(s->ep);
@@ -252,8 +224,8 @@ static void run_round(uct_component_h component, const char* md_name, const char
     send_burst(worker, &b);
     printf("  closing with %u + %u AMs unreceived\n", a.sent - b.rx.next, b.sent - a.rx.next);
   } else {
-    flush_ep(worker, &a);
-    flush_ep(worker, &b);
+    CHECK_OK(flush_ep(worker, a.ep, kProgressSeconds), "a: uct_ep_flush");
+    CHECK_OK(flush_ep(worker, b.ep, kProgressSeconds), "b: uct_ep_flush");
     printf("  both endpoints flushed\n");
   }
   close_side(&a);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uct/api/uct.h>
 #include <unistd.h>
 
@@ -44,6 +45,36 @@ static inline int own_resources(const char* kind, char* out, size_t out_size) {
   }
   CHECK(pclose(p) == 0, "%s failed", cmd);
   return n;
+}
+
+static inline double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static inline void flush_completed(uct_completion_t* comp) {
+  (void)comp;
+}
+
+/* Flushes the endpoint, progressing the worker (also while the endpoint has no resource for
+ * it): the flush's final status. Fails past `bound_s` seconds (a hang). */
+static inline ucs_status_t flush_ep(uct_worker_h worker, uct_ep_h ep, double bound_s) {
+  uct_completion_t comp = {.func = flush_completed, .count = 1, .status = UCS_OK};
+  const double deadline = now_s() + bound_s;
+  ucs_status_t status;
+  while ((status = uct_ep_flush(ep, 0, &comp)) == UCS_ERR_NO_RESOURCE) {
+    CHECK(now_s() < deadline, "flush found no resource for %.0f s", bound_s);
+    uct_worker_progress(worker);
+  }
+  if (status != UCS_INPROGRESS) {
+    return status;
+  }
+  while (comp.count > 0) {
+    CHECK(now_s() < deadline, "flush not done after %.0f s", bound_s);
+    uct_worker_progress(worker);
+  }
+  return comp.status;
 }
 
 /* Component rdmx and its memory domains (*mds: calloc'd, the caller frees it). Fails when the
