@@ -102,24 +102,10 @@ typedef struct {
 
 static void open_side(side_t* s, const char* name, uct_md_h md, uct_worker_h worker, const char* tl,
                       const char* dev) {
-  uct_iface_config_t* config;
   memset(s, 0, sizeof(*s));
   s->rx.name = name;
-  CHECK_OK(uct_md_iface_config_read(md, tl, NULL, NULL, &config), "uct_md_iface_config_read");
-  uct_iface_params_t params = {
-      .field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
-                    UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_RX_HEADROOM,
-      .open_mode = UCT_IFACE_OPEN_MODE_DEVICE,
-      .mode.device = {.tl_name = tl, .dev_name = dev},
-      .stats_root = NULL,
-      .rx_headroom = 0};
-  CHECK_OK(uct_iface_open(md, worker, &params, config, &s->iface), "uct_iface_open");
-  uct_config_release(config);
-  CHECK_OK(uct_iface_query(s->iface, &s->attr), "uct_iface_query");
+  s->iface = open_iface(md, worker, tl, dev, kAmId, on_am, &s->rx, NULL, NULL, &s->attr);
   CHECK(s->attr.cap.flags & UCT_IFACE_FLAG_CONNECT_TO_IFACE, "%s lacks CONNECT_TO_IFACE", tl);
-  CHECK_OK(uct_iface_set_am_handler(s->iface, kAmId, on_am, &s->rx, 0), "set_am_handler");
-  /* As UCP does: uct_worker_progress() calls only the interfaces enabled. */
-  uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
   s->dev_addr = calloc(1, s->attr.device_addr_len);
   s->iface_addr = calloc(1, s->attr.iface_addr_len);
   CHECK(s->dev_addr != NULL && s->iface_addr != NULL, "calloc");

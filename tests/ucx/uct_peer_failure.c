@@ -70,31 +70,13 @@ static ucs_status_t on_error(void* arg, uct_ep_h ep, ucs_status_t status) {
 static void open_side(side_t* s, uct_component_h component, const char* md_name, const char* tl,
                       const char* dev) {
   uct_md_config_t* md_config;
-  uct_iface_config_t* config;
   memset(s, 0, sizeof(*s));
   CHECK_OK(uct_md_config_read(component, NULL, NULL, &md_config), "uct_md_config_read");
   CHECK_OK(uct_md_open(component, md_name, md_config, &s->md), "uct_md_open");
   uct_config_release(md_config);
   CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &s->async), "async_create");
   CHECK_OK(uct_worker_create(s->async, UCS_THREAD_MODE_SINGLE, &s->worker), "uct_worker_create");
-  CHECK_OK(uct_md_iface_config_read(s->md, tl, NULL, NULL, &config), "uct_md_iface_config_read");
-  uct_iface_params_t params = {
-      .field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
-                    UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_RX_HEADROOM |
-                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER | UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
-                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS,
-      .open_mode = UCT_IFACE_OPEN_MODE_DEVICE,
-      .mode.device = {.tl_name = tl, .dev_name = dev},
-      .stats_root = NULL,
-      .rx_headroom = 0,
-      .err_handler = on_error,
-      .err_handler_arg = s,
-      .err_handler_flags = 0};
-  CHECK_OK(uct_iface_open(s->md, s->worker, &params, config, &s->iface), "uct_iface_open");
-  uct_config_release(config);
-  CHECK_OK(uct_iface_query(s->iface, &s->attr), "uct_iface_query");
-  CHECK_OK(uct_iface_set_am_handler(s->iface, kAmId, on_am, s, 0), "set_am_handler");
-  uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+  s->iface = open_iface(s->md, s->worker, tl, dev, kAmId, on_am, s, on_error, s, &s->attr);
 }
 
 static void close_side(side_t* s) {

@@ -77,6 +77,38 @@ static inline ucs_status_t flush_ep(uct_worker_h worker, uct_ep_h ep, double bou
   return comp.status;
 }
 
+/* Opens an interface of transport tl on device dev, with on_am as the handler of AM id am_id
+ * and, unless on_error is NULL, the interface's error handler; its progress enabled, as UCP
+ * enables it (uct_worker_progress calls only the interfaces enabled). *attr: its query. */
+static inline uct_iface_h open_iface(uct_md_h md, uct_worker_h worker, const char* tl,
+                                     const char* dev, uint8_t am_id, uct_am_callback_t on_am,
+                                     void* am_arg, uct_error_handler_t on_error, void* error_arg,
+                                     uct_iface_attr_t* attr) {
+  uct_iface_config_t* config;
+  uct_iface_h iface;
+  CHECK_OK(uct_md_iface_config_read(md, tl, NULL, NULL, &config), "uct_md_iface_config_read");
+  uct_iface_params_t params = {
+      .field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
+                    UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_RX_HEADROOM,
+      .open_mode = UCT_IFACE_OPEN_MODE_DEVICE,
+      .mode.device = {.tl_name = tl, .dev_name = dev},
+      .stats_root = NULL,
+      .rx_headroom = 0,
+      .err_handler = on_error,
+      .err_handler_arg = error_arg,
+      .err_handler_flags = 0};
+  if (on_error != NULL) {
+    params.field_mask |= UCT_IFACE_PARAM_FIELD_ERR_HANDLER | UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
+                         UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
+  }
+  CHECK_OK(uct_iface_open(md, worker, &params, config, &iface), "uct_iface_open");
+  uct_config_release(config);
+  CHECK_OK(uct_iface_query(iface, attr), "uct_iface_query");
+  CHECK_OK(uct_iface_set_am_handler(iface, am_id, on_am, am_arg, 0), "set_am_handler");
+  uct_iface_progress_enable(iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+  return iface;
+}
+
 /* Component rdmx and its memory domains (*mds: calloc'd, the caller frees it). Fails when the
  * module is not loaded. *components is for uct_release_component_list. */
 static inline uct_component_h find_rdmx(uct_component_h** components, uct_md_resource_desc_t** mds,
