@@ -414,6 +414,9 @@ class Worker {
   [[gnu::always_inline]] bool start_send(Peer& peer, Request* request);
   // true: packed into the peer's batch and complete. queued: from the peer's pending FIFO.
   [[gnu::always_inline]] bool coalesce(Peer& peer, Request* request, bool queued);
+  // Whether coalesce would take a send of `length` bytes with these Request::send_flags.
+  bool wants_coalesce(const Peer& peer, std::size_t length, unsigned send_flags,
+                      bool queued) const noexcept;
   bool flush_batch(Peer& peer);  // false: no resource now, the batch stays
   void queue_send(Peer& peer, Request* request);
   void flush_peer(Peer& peer);
@@ -580,6 +583,8 @@ class Worker {
 
   // --- requests
   void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data);
+  // A send without callback that left (or failed) inside tag_send: written as done in one go.
+  void init_done_send(Request* r, std::size_t length, std::uint64_t tag, unsigned flags, int code);
   void activate(Request* r) noexcept;
   void deactivate(Request* r) noexcept;
   // Inlined into every caller: most are per message (an eager send completes as it is posted).
@@ -763,6 +768,24 @@ inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, v
   r->rndv = 0;
   r->thread = tx_->index;
   r->status.error = RDMX_INPROGRESS;
+}
+
+inline void Worker::init_done_send(Request* r, std::size_t length, std::uint64_t tag,
+                                   unsigned flags, int code) {
+  // Only what a done request shows (rdmx_request_test, wait, cancel) and what a repost or a
+  // teardown reads; init_request clears the rest when the storage is posted again.
+  r->magic = kRequestMagic;
+  r->type = ReqType::kSend;
+  r->send_flags = static_cast<std::uint16_t>(flags);
+  r->status = rdmx_status_t{.error = code, .tag = tag, .source = 0, .length = length};
+  r->callback = nullptr;
+  r->user_data = nullptr;
+  r->peer = nullptr;
+  r->sync_slot = kNoIndex;
+  r->rndv = 0;
+  r->thread = tx_->index;
+  r->active = false;
+  std::atomic_ref<ReqState>(r->state).store(ReqState::kDone, std::memory_order_release);
 }
 
 inline void Worker::activate(Request* r) noexcept {

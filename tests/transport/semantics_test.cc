@@ -41,14 +41,20 @@ std::string transport_name(const ::testing::TestParamInfo<rdmx_transport_t>& inf
   return info.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud";
 }
 
-// Sends `n` bytes of `fill` with `tag` and waits for the local completion.
+// Sends `n` bytes of `fill` with `tag` and waits for the local completion. The done send must
+// report its tag and length and refuse a cancel, whichever way it went (done inside the post,
+// coalesced, queued, rendezvous).
 void send_bytes(Rank& rank, Session& s, int peer, std::uint64_t tag, std::size_t n,
                 std::uint8_t fill, unsigned flags = 0) {
   std::vector<std::uint8_t> buf(n, fill);
   rdmx_request_t req;
+  rdmx_status_t st{};
   RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[static_cast<std::size_t>(peer)], buf.data(), n, tag,
                                     flags, &req, nullptr, nullptr));
-  RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, nullptr, "send"));
+  RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, &st, "send"));
+  RDMX_CHECK_EQ(rank, st.tag, tag);
+  RDMX_CHECK_EQ(rank, st.length, n);
+  RDMX_CHECK_EQ(rank, rdmx_request_cancel(s.worker, &req), RDMX_ERR_BUSY);
 }
 
 void progress_for(Session& s, std::chrono::milliseconds d) {
@@ -63,7 +69,7 @@ TEST_P(Semantics, ReceivePostedBeforeAndAfterArrival) {
     if (rank.rank() == 1) {
       rank.barrier();  // rank 0 has posted its first receive
       send_bytes(rank, s, peer, 1, 100, 0xa1);
-      send_bytes(rank, s, peer, 2, 100, 0xa2);  // rank 0 receives this one late
+      send_bytes(rank, s, peer, 2, 100, 0xa2, RDMX_SEND_FLUSH);  // received late
       return;
     }
     std::vector<std::uint8_t> buf(100);
