@@ -26,7 +26,9 @@ struct RecvNode : protocol::PostedRecv {
 
 enum class ReqType : std::uint8_t { kNone = 0, kSend = 1, kRecv = 2 };
 
-// A request's life. Every change goes through move_to() below, checked against kReqMoves.
+// A request's life. Every change goes through move_to() below, checked against kReqMoves, but
+// one: an eager send without callback that leaves inside rdmx_tag_send is written straight as
+// kDone (Worker::init_done_send), as init_request writes a new request straight as kIdle.
 //
 //   kIdle ──posted──> kActive ──────────────────────────┬──> kCompleting ──callbacks run──> kDone
 //     ^                 │  ^                             │   (on the worker's completion list,

@@ -772,8 +772,9 @@ inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, v
 
 inline void Worker::init_done_send(Request* r, std::size_t length, std::uint64_t tag,
                                    unsigned flags, int code) {
-  // Only what a done request shows (rdmx_request_test, wait, cancel) and what a repost or a
-  // teardown reads; init_request clears the rest when the storage is posted again.
+  // Only what a done send shows (rdmx_request_test, wait, cancel); nothing reads the other
+  // fields of a done send (not linked anywhere), and whichever way the storage is posted again
+  // writes them anew.
   r->magic = kRequestMagic;
   r->type = ReqType::kSend;
   r->send_flags = static_cast<std::uint16_t>(flags);

@@ -77,7 +77,7 @@ int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicat
   int rc;
   (void)mtl;
   /* No pml request behind a blocking send: the request lives on this stack until done. Not
-   * cleared: send_start sets every field this path reads, rdmx_tag_send initialises req.rdmx and
+   * cleared: send_start sets every field this path reads, rdmx_tag_send writes req.rdmx and
    * rdmx_request_test fills req.status (a memset of the whole request was ~25 instructions of
    * an 8-byte MPI_Send's ~1,250). */
   req.kind = MCA_MTL_RDMX_REQ_BLOCKING_SEND;
