@@ -36,7 +36,8 @@ enum class WrKind : std::uint8_t {
   kRdmaWriteImm = 6,  // last rendezvous fragment, write-with-immediate
   kControl = 7,       // control message send (ack, CTS, match-ack, FIN, connect)
   kRdmaRead = 8,      // rendezvous RDMA read (the receiver's read share)
-  // 9..14: room for new kinds.
+  kRma = 9,           // one-sided put or get of the C API (rdmx_put, rdmx_get)
+  // 10..14: room for new kinds.
   kInvalid = 15,  // reserved: the kind field of kInvalidWrId
 };
 

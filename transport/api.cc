@@ -21,6 +21,20 @@ bool valid_request(const rdmx_request_t* r) {
   return r != nullptr && rdmx::transport::to_request(r)->magic == rdmx::transport::kRequestMagic;
 }
 
+// rdmx_put and rdmx_get.
+int rma(rdmx_ep_t* ep, bool get, void* buffer, size_t length, uint32_t lkey, uint64_t remote_addr,
+        uint32_t rkey, rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
+  if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr || request == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*ep->worker, /*own=*/true);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  return ep->worker->rma(*ep->peer, get, buffer, length, lkey, remote_addr, rkey,
+                         rdmx::transport::to_request(request), callback, user_data);
+}
+
 }  // namespace
 
 extern "C" {
@@ -150,6 +164,23 @@ int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag
   }
   return ep->worker->tag_send(*ep->peer, buffer, length, tag, flags,
                               rdmx::transport::to_request(request), callback, user_data);
+}
+
+struct ibv_pd* rdmx_worker_pd(rdmx_worker_t* worker) {
+  return worker == nullptr ? nullptr : worker->impl->pd();
+}
+
+int rdmx_put(rdmx_ep_t* ep, const void* buffer, size_t length, uint32_t lkey, uint64_t remote_addr,
+             uint32_t rkey, rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
+  // The write only reads the buffer: the const goes where ibv_sge wants a plain address.
+  return rma(ep, /*get=*/false, const_cast<void*>(buffer), length, lkey, remote_addr, rkey, request,
+             callback, user_data);
+}
+
+int rdmx_get(rdmx_ep_t* ep, void* buffer, size_t length, uint32_t lkey, uint64_t remote_addr,
+             uint32_t rkey, rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
+  return rma(ep, /*get=*/true, buffer, length, lkey, remote_addr, rkey, request, callback,
+             user_data);
 }
 
 int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source, uint64_t tag,

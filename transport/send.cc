@@ -415,7 +415,8 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   const protocol::WrId id = protocol::decode(wc.wr_id);
   if ((id.kind != protocol::WrKind::kSend && id.kind != protocol::WrKind::kSendInline &&
        id.kind != protocol::WrKind::kControl && id.kind != protocol::WrKind::kRdmaWrite &&
-       id.kind != protocol::WrKind::kRdmaWriteImm && id.kind != protocol::WrKind::kRdmaRead) ||
+       id.kind != protocol::WrKind::kRdmaWriteImm && id.kind != protocol::WrKind::kRdmaRead &&
+       id.kind != protocol::WrKind::kRma) ||
       id.thread >= threads_.size()) [[unlikely]] {
     std::fprintf(stderr, "rdmx: send completion with a foreign wr_id %016llx\n",
                  static_cast<unsigned long long>(wc.wr_id));
@@ -433,7 +434,8 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   eager::SendDesc& desc = pool.desc(id.slot);
   Peer* failed = nullptr;
   Peer* write_qp_failed = nullptr;
-  const std::uint64_t rndv_token = desc.cookie;  // a rendezvous write or read: the engine's token
+  // A rendezvous write or read: the engine's token; a put or get: its request (0: cancelled).
+  const std::uint64_t cookie = desc.cookie;
   if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
     if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) {
       ++stat_rnr_exceeded_;
@@ -475,10 +477,14 @@ void Worker::on_send_completion(const ibv_wc& wc) {
       }
     }
   });
-  if (rndv_token != 0 && id.kind == protocol::WrKind::kRdmaRead) {
-    rndv_->on_read_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
-  } else if (rndv_token != 0) {
-    rndv_->on_write_completion(rndv_token, wc.status == IBV_WC_SUCCESS);
+  if (cookie != 0) {
+    if (id.kind == protocol::WrKind::kRdmaRead) {
+      rndv_->on_read_completion(cookie, wc.status == IBV_WC_SUCCESS);
+    } else if (id.kind == protocol::WrKind::kRma) {
+      on_rma_completion(reinterpret_cast<Request*>(cookie), wc);
+    } else {
+      rndv_->on_write_completion(cookie, wc.status == IBV_WC_SUCCESS);
+    }
   }
   if (write_qp_failed != nullptr && write_qp_failed->ud.wqp_state == WriteQpState::kReady) {
     write_qp_failed->ud.wqp_sq.close();

@@ -77,6 +77,11 @@ std::uint32_t Worker::fail_active() {
   std::uint32_t failed = 0;
   while (active_head_ != nullptr) {
     Request* r = active_head_;
+    ++failed;
+    if (r->type == ReqType::kRma) {
+      cancel_rma(r);  // deactivates it
+      continue;
+    }
     if (r->type == ReqType::kRecv && r->recv.posted()) {
       (void)matcher_.cancel(r->recv);
     }
@@ -88,7 +93,6 @@ std::uint32_t Worker::fail_active() {
       tc.sync_free.push_back(r->sync_slot);
       r->sync_slot = kNoIndex;
     }
-    ++failed;
     complete(r, RDMX_ERR_CANCELED);  // deactivates it
   }
   for (auto& p : peers_) {

@@ -204,6 +204,11 @@ class Worker {
   int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                rdmx_callback_t callback, void* user_data);
   int cancel(Request* request);
+  // rdmx_put (get = false) and rdmx_get (rma.cc).
+  int rma(Peer& peer, bool get, void* buffer, std::size_t length, std::uint32_t lkey,
+          std::uint64_t remote_addr, std::uint32_t rkey, Request* request, rdmx_callback_t callback,
+          void* user_data);
+  ibv_pd* pd() const noexcept { return pd_ ? pd_->get() : nullptr; }
   void set_peer_failure_callback(rdmx_peer_failure_cb_t callback, void* arg) noexcept {
     peer_failure_cb_ = callback;
     peer_failure_arg_ = arg;
@@ -443,6 +448,10 @@ class Worker {
   int poll_cqs();  // both CQs (teardown)
   bool send_completions_expected() const noexcept;
   void on_drain_completion(const ibv_wc& wc);
+  // The completion of a put or get's work request, `r` its request (rma.cc).
+  void on_rma_completion(Request* r, const ibv_wc& wc);
+  // Teardown: fails a put or get still posted; its work request's completion is then ignored.
+  void cancel_rma(Request* r);
   // Up to kPollBatch completions of `cq`, each to on_wc.
   template <class OnWc>
   [[gnu::always_inline]] static int poll_batch(ibv_cq* cq, OnWc&& on_wc) {

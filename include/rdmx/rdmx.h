@@ -57,19 +57,19 @@ extern "C" {
 /* Return and status codes. Non-negative: success; negative: errors. */
 typedef enum rdmx_code {
   RDMX_OK = 0,
-  RDMX_INPROGRESS = 1,           /* request not complete yet */
-  RDMX_ERR_INVALID_PARAM = -1,   /* an argument is invalid; nothing was accepted */
-  RDMX_ERR_NO_MEMORY = -2,       /* allocation or memory registration failed */
-  RDMX_ERR_NO_DEVICE = -3,       /* no usable RDMA device/port/GID (see RDMX_DEVICE etc.) */
-  RDMX_ERR_UNSUPPORTED = -4,     /* the device lacks a needed feature */
-  RDMX_ERR_TRUNCATED = -5,       /* receive buffer shorter than the message */
-  RDMX_ERR_CANCELED = -6,        /* request was cancelled */
-  RDMX_ERR_UNREACHABLE = -7,     /* peer dead, timed out, or endpoint destroyed */
-  RDMX_ERR_NO_RESOURCE = -8,     /* a queue is full: progress and retry */
-  RDMX_ERR_IO = -9,              /* a verbs operation failed */
-  RDMX_ERR_BUSY = -10,           /* object in use (e.g. cancel of a matched request) */
-  RDMX_ERR_BAD_ADDRESS = -11,    /* a peer address blob is malformed or of another version */
-  RDMX_ERR_TIMED_OUT = -12,      /* a wait ran out of time */
+  RDMX_INPROGRESS = 1,            /* request not complete yet */
+  RDMX_ERR_INVALID_PARAM = -1,    /* an argument is invalid; nothing was accepted */
+  RDMX_ERR_NO_MEMORY = -2,        /* allocation or memory registration failed */
+  RDMX_ERR_NO_DEVICE = -3,        /* no usable RDMA device/port/GID (see RDMX_DEVICE etc.) */
+  RDMX_ERR_UNSUPPORTED = -4,      /* the device lacks a needed feature */
+  RDMX_ERR_TRUNCATED = -5,        /* receive buffer shorter than the message */
+  RDMX_ERR_CANCELED = -6,         /* request was cancelled */
+  RDMX_ERR_UNREACHABLE = -7,      /* peer dead, timed out, or endpoint destroyed */
+  RDMX_ERR_NO_RESOURCE = -8,      /* a queue is full: progress and retry */
+  RDMX_ERR_IO = -9,               /* a verbs operation failed */
+  RDMX_ERR_BUSY = -10,            /* object in use (e.g. cancel of a matched request) */
+  RDMX_ERR_BAD_ADDRESS = -11,     /* a peer address blob is malformed or of another version */
+  RDMX_ERR_TIMED_OUT = -12,       /* a wait ran out of time */
   RDMX_ERR_TOO_MANY_THREADS = -13 /* MULTI mode: a send from a thread past max_threads */
 } rdmx_code_t;
 
@@ -124,60 +124,60 @@ typedef struct rdmx_config {
    * a ring of ring_slots slots of ring_slot_size bytes in this worker's memory, and writes its
    * small messages (header included, up to ring_slot_size - 8 bytes and the device's inline
    * size) straight into it: no receive buffer, no completion at the receiver. */
-  uint32_t ring_peers;        /* RDMX_RING_PEERS: rings given at most; their memory, ring_peers
-                                 x ring_slots x ring_slot_size (256 KiB by default), is
-                                 registered at once when the first is given; 0: no rings */
-  uint32_t ring_slots;        /* RDMX_RING_SLOTS: slots per ring, 2..1024 */
-  uint32_t ring_slot_size;    /* RDMX_RING_SLOT_SIZE: bytes per slot, a multiple of 8 in
-                                 64..4096 */
-  int rndv_read_share;        /* RDMX_RNDV_READ_SHARE: RC mode, the percentage (0..90) of a
-                                 rendezvous message of 8 KiB and more that the receiver reads
-                                 from the sender's buffer itself (RDMA read) while the sender
-                                 writes the rest. -1 (default): 50 on software RDMA devices (rxe,
-                                 siw), where a CPU moves the bytes and the receiver's reads run
-                                 on its own CPU beside the sender's writes; 0 on hardware */
-  uint32_t rc_max_rd_atomic;  /* RDMX_RC_MAX_RD_ATOMIC: RC mode, RDMA reads in flight per QP
-                                 each way, 1..16 (default 16), at most what the device allows;
-                                 a peer that takes fewer gets no more than it takes */
-  uint32_t rc_rnr_retry;      /* RDMX_RC_RNR_RETRY: RC mode, times a send is retried while the
-                                 receiver has no receive buffer, 0..7; 7 (default): for ever.
-                                 Below 7 a receive queue that stays empty fails the connection
-                                 (IBV_WC_RNR_RETRY_EXC_ERR) */
+  uint32_t ring_peers;       /* RDMX_RING_PEERS: rings given at most; their memory, ring_peers
+                                x ring_slots x ring_slot_size (256 KiB by default), is
+                                registered at once when the first is given; 0: no rings */
+  uint32_t ring_slots;       /* RDMX_RING_SLOTS: slots per ring, 2..1024 */
+  uint32_t ring_slot_size;   /* RDMX_RING_SLOT_SIZE: bytes per slot, a multiple of 8 in
+                                64..4096 */
+  int rndv_read_share;       /* RDMX_RNDV_READ_SHARE: RC mode, the percentage (0..90) of a
+                                rendezvous message of 8 KiB and more that the receiver reads
+                                from the sender's buffer itself (RDMA read) while the sender
+                                writes the rest. -1 (default): 50 on software RDMA devices (rxe,
+                                siw), where a CPU moves the bytes and the receiver's reads run
+                                on its own CPU beside the sender's writes; 0 on hardware */
+  uint32_t rc_max_rd_atomic; /* RDMX_RC_MAX_RD_ATOMIC: RC mode, RDMA reads in flight per QP
+                                each way, 1..16 (default 16), at most what the device allows;
+                                a peer that takes fewer gets no more than it takes */
+  uint32_t rc_rnr_retry;     /* RDMX_RC_RNR_RETRY: RC mode, times a send is retried while the
+                                receiver has no receive buffer, 0..7; 7 (default): for ever.
+                                Below 7 a receive queue that stays empty fails the connection
+                                (IBV_WC_RNR_RETRY_EXC_ERR) */
   /* Peers on the same node (the same kernel boot and host name) go through shared memory: a
    * ring per sender in the receiver's segment (/dev/shm) for eager and control messages, and
    * cross-memory attach (process_vm_readv/writev) for rendezvous data, single copy. */
-  uint32_t shm;               /* RDMX_SHM: 1 (default) on; 0: every peer through the device */
-  uint32_t shm_slots;         /* RDMX_SHM_SLOTS: slots per sender's ring, 2..1024 (default 32),
-                                 each of one eager message */
-  uint32_t shm_rings;         /* RDMX_SHM_RINGS: senders a segment takes, 1..4096 (default 256);
-                                 file pages are used only by senders that write */
-  uint32_t shm_cma;           /* RDMX_SHM_CMA: 1 (default) rendezvous by cross-memory attach;
-                                 0 copies it through the ring */
-  uint32_t shm_local_peers;   /* other processes on this node that will attach (the MTL sets
-                                 it); once they all have, the segment's name is removed, so a
-                                 crash leaves nothing in /dev/shm. 0: removed at destroy */
-  uint64_t node_id;           /* RDMX_NODE_ID: 0 (default) from the kernel's boot id and the host
-                                 name; tests give ranks different ones to mix channels */
+  uint32_t shm;             /* RDMX_SHM: 1 (default) on; 0: every peer through the device */
+  uint32_t shm_slots;       /* RDMX_SHM_SLOTS: slots per sender's ring, 2..1024 (default 32),
+                               each of one eager message */
+  uint32_t shm_rings;       /* RDMX_SHM_RINGS: senders a segment takes, 1..4096 (default 256);
+                               file pages are used only by senders that write */
+  uint32_t shm_cma;         /* RDMX_SHM_CMA: 1 (default) rendezvous by cross-memory attach;
+                               0 copies it through the ring */
+  uint32_t shm_local_peers; /* other processes on this node that will attach (the MTL sets
+                               it); once they all have, the segment's name is removed, so a
+                               crash leaves nothing in /dev/shm. 0: removed at destroy */
+  uint64_t node_id;         /* RDMX_NODE_ID: 0 (default) from the kernel's boot id and the host
+                               name; tests give ranks different ones to mix channels */
   /* Fabric settings: what a RoCE or InfiniBand cluster may require of every connection (checked
    * at rdmx_worker_create, where the port is known). */
-  int traffic_class;          /* RDMX_TRAFFIC_CLASS: 0..255 (default 0), the GRH traffic class of
-                                 every address handle and RC connection; on RoCE its upper 6
-                                 bits are the DSCP (DSCP 26 = 104) */
-  int service_level;          /* RDMX_SERVICE_LEVEL: 0..15 (default 0), the SL of every address
-                                 handle and RC connection */
-  int pkey_index;             /* RDMX_PKEY_INDEX: index (default 0) in the port's P_Key table of
-                                 every QP's partition */
-  int path_mtu;               /* RDMX_PATH_MTU: 0 (default) the port's active MTU, else a cap:
-                                 256, 512, 1024, 2048 or 4096 */
-  int rc_timeout;             /* RDMX_RC_TIMEOUT: RC local ACK timeout exponent, 0..31 (default
-                                 17: 4.096 us x 2^17 = 0.5 s per try; 0 waits for ever) */
-  int rc_retry_cnt;           /* RDMX_RC_RETRY_CNT: RC transport retries, 0..7 (default 7) */
+  int traffic_class; /* RDMX_TRAFFIC_CLASS: 0..255 (default 0), the GRH traffic class of
+                        every address handle and RC connection; on RoCE its upper 6
+                        bits are the DSCP (DSCP 26 = 104) */
+  int service_level; /* RDMX_SERVICE_LEVEL: 0..15 (default 0), the SL of every address
+                        handle and RC connection */
+  int pkey_index;    /* RDMX_PKEY_INDEX: index (default 0) in the port's P_Key table of
+                        every QP's partition */
+  int path_mtu;      /* RDMX_PATH_MTU: 0 (default) the port's active MTU, else a cap:
+                        256, 512, 1024, 2048 or 4096 */
+  int rc_timeout;    /* RDMX_RC_TIMEOUT: RC local ACK timeout exponent, 0..31 (default
+                        17: 4.096 us x 2^17 = 0.5 s per try; 0 waits for ever) */
+  int rc_retry_cnt;  /* RDMX_RC_RETRY_CNT: RC transport retries, 0..7 (default 7) */
   rdmx_thread_mode_t thread_mode; /* RDMX_THREAD_MODE=single|serialized|multi (see Threads) */
-  uint32_t max_threads;       /* RDMX_MAX_THREADS: MULTI mode, threads that may use the worker
-                                 at once, each with its own send context, 1..1024 (default 32;
-                                 the device's largest CQ may allow fewer: rdmx_worker_create
-                                 says); a thread that has exited gives its context to the next
-                                 new thread */
+  uint32_t max_threads;           /* RDMX_MAX_THREADS: MULTI mode, threads that may use the worker
+                                     at once, each with its own send context, 1..1024 (default 32;
+                                     the device's largest CQ may allow fewer: rdmx_worker_create
+                                     says); a thread that has exited gives its context to the next
+                                     new thread */
 } rdmx_config_t;
 
 void rdmx_config_init(rdmx_config_t* config);
@@ -278,9 +278,9 @@ int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag
                   rdmx_request_t* request, rdmx_callback_t callback, void* user_data);
 /* RDMX_ERR_UNREACHABLE (nothing accepted) when `source` is a peer found dead and none of the
  * messages it sent before dying matches. */
-int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source,
-                  uint64_t tag, uint64_t tag_mask, rdmx_request_t* request,
-                  rdmx_callback_t callback, void* user_data);
+int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source, uint64_t tag,
+                  uint64_t tag_mask, rdmx_request_t* request, rdmx_callback_t callback,
+                  void* user_data);
 
 /* Looks for a matching unexpected message. Returns 1 and fills *status when found, else 0, or
  * RDMX_ERR_UNREACHABLE when nothing matches and `source` names a peer found dead (nothing more
@@ -289,9 +289,39 @@ int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t s
  * with rdmx_tag_msg_recv. */
 int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_t tag_mask,
                    rdmx_status_t* status, rdmx_message_t** message);
-int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buffer,
-                      size_t length, rdmx_request_t* request, rdmx_callback_t callback,
-                      void* user_data);
+int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buffer, size_t length,
+                      rdmx_request_t* request, rdmx_callback_t callback, void* user_data);
+
+/*
+ * One-sided RDMA: RDMA write (put) and read (get) between registered memory of this process and
+ * a peer's, over the RC transport to a peer reached through the device (RDMX_ERR_UNSUPPORTED
+ * under UD and to a node-local peer reached through shared memory).
+ *
+ * Memory is registered by the caller in the worker's protection domain, rdmx_worker_pd() (a
+ * struct ibv_pd*), with ibv_reg_mr: the local buffer with IBV_ACCESS_LOCAL_WRITE and its lkey;
+ * the peer's target with IBV_ACCESS_REMOTE_WRITE (puts) or IBV_ACCESS_REMOTE_READ (gets), whose
+ * address and rkey the peer hands over by its own means (a tagged message). Deregister it
+ * before rdmx_worker_destroy, which otherwise cannot free the protection domain (it says so).
+ *
+ * Returns RDMX_OK once the operation is posted; the request then completes (callback or
+ * rdmx_request_test) when the device reports it done: for a put, the data is in the peer's
+ * memory; for a get, in ours. Status: length, and source = the peer's uid; error RDMX_OK,
+ * RDMX_ERR_IO when the device refused it (a key or address outside a registration: the RC
+ * connection fails with it, and the peer becomes unreachable, as on any RC adapter),
+ * RDMX_ERR_UNREACHABLE when the peer failed first, RDMX_ERR_CANCELED at rdmx_worker_destroy.
+ * Refused, with nothing posted: RDMX_ERR_NO_RESOURCE while the connection is still being set
+ * up (rdmx_ep_create started it) or the connection's send queue is full: progress and retry;
+ * RDMX_ERR_UNREACHABLE to a failed peer; RDMX_ERR_INVALID_PARAM for a NULL buffer with a
+ * length, or a length above the port's largest message. A posted operation cannot be
+ * cancelled (RDMX_ERR_BUSY). Puts and gets are not ordered with each other nor with tagged
+ * messages: wait for the request before relying on the data.
+ */
+struct ibv_pd;
+struct ibv_pd* rdmx_worker_pd(rdmx_worker_t* worker);
+int rdmx_put(rdmx_ep_t* ep, const void* buffer, size_t length, uint32_t lkey, uint64_t remote_addr,
+             uint32_t rkey, rdmx_request_t* request, rdmx_callback_t callback, void* user_data);
+int rdmx_get(rdmx_ep_t* ep, void* buffer, size_t length, uint32_t lkey, uint64_t remote_addr,
+             uint32_t rkey, rdmx_request_t* request, rdmx_callback_t callback, void* user_data);
 
 /* RDMX_INPROGRESS while active; otherwise the final status code (also copied into *status when
  * status != NULL). Does not progress the worker. */

@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::array kAllKinds = {WrKind::kSrqRecv,    WrKind::kUdRecv,    WrKind::kSend,
                                   WrKind::kSendInline, WrKind::kRdmaWrite, WrKind::kRdmaWriteImm,
-                                  WrKind::kControl,    WrKind::kRdmaRead};
+                                  WrKind::kControl,    WrKind::kRdmaRead,  WrKind::kRma};
 
 // The codec is constexpr: a compile-time round trip proves it can be used in constant tables.
 static_assert(decode(encode(WrId{WrKind::kSend, 7, 9, 11})) == WrId{WrKind::kSend, 7, 9, 11});
