@@ -43,10 +43,9 @@ std::optional<std::size_t> pinning_limit() noexcept {
   return static_cast<std::size_t>(lim.rlim_cur);
 }
 
-MemoryRegion MemoryRegion::create(const ProtectionDomain& pd, void* addr, std::size_t length,
-                                  int access) {
+MemoryRegion MemoryRegion::create(ibv_pd* pd, void* addr, std::size_t length, int access) {
   errno = 0;
-  ibv_mr* mr = ibv_reg_mr(pd.get(), addr, length, access);
+  ibv_mr* mr = ibv_reg_mr(pd, addr, length, access);
   if (mr == nullptr) {
     const int e = errno != 0 ? errno : EIO;
     char range[96];

@@ -21,7 +21,12 @@ class MemoryRegion {
   // access: IBV_ACCESS_* flags. Throws Error; for ENOMEM/EPERM (pinning refused) the message
   // names the locked-memory limit (`ulimit -l`) that is the usual cause.
   static MemoryRegion create(const ProtectionDomain& pd, void* addr, std::size_t length,
-                             int access);
+                             int access) {
+    return create(pd.get(), addr, length, access);
+  }
+  // The same in a PD another owner holds (an rdmx worker's, rdmx_worker_pd): the MR must go
+  // before that PD does.
+  static MemoryRegion create(ibv_pd* pd, void* addr, std::size_t length, int access);
 
   MemoryRegion(MemoryRegion&& other) noexcept;
   MemoryRegion& operator=(MemoryRegion&& other) noexcept;

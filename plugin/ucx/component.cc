@@ -39,9 +39,12 @@ namespace {
 
 // Registration cost as UCX's ib MD models the same ibv_reg_mr (MEM_REG_OVERHEAD 16us,
 // MEM_REG_GROWTH 0.06ns per byte, its defaults without a cache): the kernel pins and maps the
-// pages whatever the provider. UCP weighs zero-copy against copies with it.
-constexpr double kRegOverheadSeconds = 16e-6;
-constexpr double kRegSecondsPerByte = 0.06e-9;
+// pages whatever the provider. UCP weighs zero-copy against copies with it. A registration is
+// made twice in the usual case, in the MD's PD and in its one rdmx_rc interface's (domain.h);
+// UCP asks before any interface exists, so the factor is that usual one.
+constexpr double kRegCopies = 2;
+constexpr double kRegOverheadSeconds = kRegCopies * 16e-6;
+constexpr double kRegSecondsPerByte = kRegCopies * 0.06e-9;
 
 // The MD UCX holds (uct_md_h). UCX reaches the base through its first member.
 struct RdmxMd {
@@ -49,6 +52,8 @@ struct RdmxMd {
   Domain* domain;  // owned: deleted by md_close
 };
 static_assert(std::is_standard_layout_v<RdmxMd>);
+
+static_assert(RDMX_UCX_MAX_RMA_IFACES == kMaxRmaWorkers);
 
 Domain& domain_of(uct_md_h md) {
   return *reinterpret_cast<RdmxMd*>(md)->domain;
@@ -121,7 +126,7 @@ ucs_status_t md_query(uct_md_h md, uct_md_attr_t* attr) {
 ucs_status_t mem_reg(uct_md_h md, void* address, std::size_t length, unsigned flags,
                      uct_mem_h* memh_p) {
   try {
-    *memh_p = domain_of(md).register_memory(address, length, ibv_access(flags)).release();
+    *memh_p = domain_of(md).register_memory(address, length, ibv_access(flags));
     return UCS_OK;
   } catch (const verbs::Error& e) {
     if (!(flags & UCT_MD_MEM_FLAG_HIDE_ERRORS)) {
@@ -133,29 +138,33 @@ ucs_status_t mem_reg(uct_md_h md, void* address, std::size_t length, unsigned fl
   }
 }
 
-ucs_status_t mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t* params) {
+ucs_status_t mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t* params) {
   // UCT_MD_FLAG_INVALIDATE is not offered, so a request to invalidate is refused.
   UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
-  // The MemoryRegion's destructor deregisters (and logs a failure: UCX cannot act on one).
-  delete static_cast<verbs::MemoryRegion*>(params->memh);
+  domain_of(md).deregister(static_cast<Domain::Registration*>(params->memh));
   return UCS_OK;
 }
 
-ucs_status_t mkey_pack(uct_md_h, uct_mem_h memh, const uct_md_mkey_pack_params_t*,
+ucs_status_t mkey_pack(uct_md_h md, uct_mem_h memh, const uct_md_mkey_pack_params_t*,
                        void* rkey_buffer) {
-  pack_rkey(static_cast<const verbs::MemoryRegion*>(memh)->rkey(), rkey_buffer);
+  domain_of(md).pack(*static_cast<const Domain::Registration*>(memh), rkey_buffer);
   return UCS_OK;
 }
 
+// The unpacked key is a RemoteKey on the heap: uct_rkey_t and the handle both point to it.
 ucs_status_t rkey_unpack(uct_component_t*, const void* rkey_buffer, uct_rkey_t* rkey_p,
                          void** handle_p) {
-  // The rkey is the whole key: nothing is allocated, so there is nothing to release.
-  *rkey_p = unpack_rkey(rkey_buffer);
-  *handle_p = nullptr;
+  auto* key = new (std::nothrow) RemoteKey(unpack_rkey(rkey_buffer));
+  if (key == nullptr) {
+    return UCS_ERR_NO_MEMORY;
+  }
+  *rkey_p = reinterpret_cast<uct_rkey_t>(key);
+  *handle_p = key;
   return UCS_OK;
 }
 
-ucs_status_t rkey_release(uct_component_t*, uct_rkey_t, void*) {
+ucs_status_t rkey_release(uct_component_t*, uct_rkey_t, void* handle) {
+  delete static_cast<RemoteKey*>(handle);
   return UCS_OK;
 }
 
@@ -317,6 +326,41 @@ int rdmx_ucx_md_port_active(uct_md_h md, int port) try {
 } catch (const rdmx::verbs::Error&) {
   return 0;
 }
+size_t rdmx_ucx_md_port_max_msg(uct_md_h md, int port) try {
+  return rdmx::ucx::domain_of(md).query_port(port).max_msg_sz;
+} catch (const rdmx::verbs::Error&) {
+  return 0;
+}
+
+int rdmx_ucx_md_attach(uct_md_h md, uint64_t uid, struct ibv_pd* pd) try {
+  return rdmx::ucx::domain_of(md).attach(uid, pd);
+} catch (const rdmx::verbs::Error& e) {
+  std::fprintf(stderr, "rdmx: registering the memory domain's memory for a new interface: %s\n",
+               e.what());
+  return -1;
+} catch (const std::bad_alloc&) {
+  return -1;
+}
+void rdmx_ucx_md_detach(uct_md_h md, int slot) {
+  rdmx::ucx::domain_of(md).detach(slot);
+}
+int rdmx_ucx_memh_lkey(uct_mem_h memh, int slot, uint32_t* lkey) {
+  const auto* r = static_cast<const rdmx::ucx::Domain::Registration*>(memh);
+  if (r == nullptr || !r->worker_mr[static_cast<std::size_t>(slot)]) {
+    return 0;
+  }
+  *lkey = r->worker_mr[static_cast<std::size_t>(slot)]->lkey();
+  return 1;
+}
+int rdmx_ucx_rkey_for(uct_rkey_t rkey, uint64_t uid, uint32_t* out) {
+  const auto found = reinterpret_cast<const rdmx::ucx::RemoteKey*>(rkey)->rkey_for(uid);
+  if (!found) {
+    return 0;
+  }
+  *out = *found;
+  return 1;
+}
+
 double rdmx_ucx_md_port_bandwidth(uct_md_h md, int port) try {
   const ibv_port_attr attr = rdmx::ucx::domain_of(md).query_port(port);
   return rdmx::ucx::port_data_rate(attr.active_width, attr.active_speed);

@@ -3,6 +3,8 @@
 #include <infiniband/verbs.h>
 #include <uct/api/uct.h>
 
+#include "protocol/le_bytes.h"
+
 namespace rdmx::ucx {
 
 std::optional<std::string> md_name(std::string_view ibdev, std::size_t max_len) {
@@ -40,20 +42,33 @@ int ibv_access(unsigned uct_flags) noexcept {
   return access;
 }
 
-void pack_rkey(std::uint32_t rkey, void* buffer) noexcept {
-  auto* p = static_cast<unsigned char*>(buffer);
-  for (std::size_t i = 0; i < kPackedRkeySize; ++i) {
-    p[i] = static_cast<unsigned char>(rkey >> (8 * i));
+std::optional<std::uint32_t> RemoteKey::rkey_for(std::uint64_t uid) const noexcept {
+  for (const WorkerRkey& w : workers) {
+    if (w.uid == uid && uid != 0) {
+      return w.rkey;
+    }
+  }
+  return std::nullopt;
+}
+
+void pack_rkey(const RemoteKey& key, void* buffer) noexcept {
+  protocol::LeWriter w(static_cast<std::uint8_t*>(buffer));
+  w.put(key.md_rkey);
+  for (const WorkerRkey& k : key.workers) {
+    w.put(k.uid);
+    w.put(k.rkey);
   }
 }
 
-std::uint32_t unpack_rkey(const void* buffer) noexcept {
-  const auto* p = static_cast<const unsigned char*>(buffer);
-  std::uint32_t rkey = 0;
-  for (std::size_t i = 0; i < kPackedRkeySize; ++i) {
-    rkey |= std::uint32_t{p[i]} << (8 * i);
+RemoteKey unpack_rkey(const void* buffer) noexcept {
+  protocol::LeReader r(static_cast<const std::uint8_t*>(buffer));
+  RemoteKey key;
+  key.md_rkey = r.get<std::uint32_t>();
+  for (WorkerRkey& k : key.workers) {
+    k.uid = r.get<std::uint64_t>();
+    k.rkey = r.get<std::uint32_t>();
   }
-  return rkey;
+  return key;
 }
 
 double port_data_rate(unsigned width_code, unsigned speed_code) noexcept {

@@ -3,6 +3,7 @@
 // that it is unit-tested on the host; the glue (component.cc) only calls it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -27,11 +28,27 @@ std::optional<std::string_view> device_of(std::string_view md_name);
 // write and atomics imply local write, which ibv_reg_mr requires with them.
 int ibv_access(unsigned uct_flags) noexcept;
 
-// The remote key a peer needs to reach a registration: the MR's rkey (the address travels with
-// each operation). Little-endian on the wire, whatever the host order.
-inline constexpr std::size_t kPackedRkeySize = 4;
-void pack_rkey(std::uint32_t rkey, void* buffer) noexcept;
-std::uint32_t unpack_rkey(const void* buffer) noexcept;
+// The remote key a peer needs to reach a registration (the address travels with each
+// operation). A registration is made in the MD's PD and again in the PD of each rdmx_rc
+// interface's worker attached to the MD (domain.h), since a QP reaches only memory registered
+// in its own PD: the packed key carries the MD's rkey (for tools that read the MD alone) and,
+// per attached worker, its uid and rkey, so that a peer's put or get picks the rkey of the
+// worker its endpoint is connected to. Little-endian on the wire, whatever the host order.
+inline constexpr std::size_t kMaxRmaWorkers = 4;  // rdmx_rc interfaces with put/get per MD
+struct WorkerRkey {
+  std::uint64_t uid = 0;  // 0: no worker in this entry
+  std::uint32_t rkey = 0;
+};
+struct RemoteKey {
+  std::uint32_t md_rkey = 0;
+  std::array<WorkerRkey, kMaxRmaWorkers> workers{};
+  // The rkey of the worker with this uid, or nullopt when the key has none for it (the
+  // registration was made before that worker was attached and past kMaxRmaWorkers).
+  std::optional<std::uint32_t> rkey_for(std::uint64_t uid) const noexcept;
+};
+inline constexpr std::size_t kPackedRkeySize = 4 + kMaxRmaWorkers * (8 + 4);
+void pack_rkey(const RemoteKey& key, void* buffer) noexcept;
+RemoteKey unpack_rkey(const void* buffer) noexcept;
 
 // The data rate of a port in bytes per second from ibv_port_attr's active_width and
 // active_speed codes, after the line encoding (8b/10b up to QDR, 64b/66b from FDR10), as UCX's

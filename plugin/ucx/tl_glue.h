@@ -40,6 +40,22 @@ int rdmx_ucx_md_port_count(uct_md_h md);
 int rdmx_ucx_md_port_active(uct_md_h md, int port);
 double rdmx_ucx_md_port_bandwidth(uct_md_h md, int port);
 
+/* The largest message of a port (ibv_port_attr.max_msg_sz; 0 when it cannot be queried). */
+size_t rdmx_ucx_md_port_max_msg(uct_md_h md, int port);
+
+/* Put and get (domain.h): an rdmx_rc interface attaches its worker's PD to the MD, so that every
+ * registration of the MD is also made there. The slot (>= 0), or -1 when the MD has no free
+ * slot or registering its memory there failed (said on stderr): the interface then offers no
+ * put/get. Detach before the worker is destroyed. */
+#define RDMX_UCX_MAX_RMA_IFACES 4 /* md_format.h's kMaxRmaWorkers */
+struct ibv_pd;
+int rdmx_ucx_md_attach(uct_md_h md, uint64_t uid, struct ibv_pd* pd);
+void rdmx_ucx_md_detach(uct_md_h md, int slot);
+/* The lkey of a memh in the worker of an attached slot: 1, or 0 when it has none there. */
+int rdmx_ucx_memh_lkey(uct_mem_h memh, int slot, uint32_t* lkey);
+/* The rkey of an unpacked key in the peer worker `uid`: 1, or 0 when the key has none for it. */
+int rdmx_ucx_rkey_for(uct_rkey_t rkey, uint64_t uid, uint32_t* out);
+
 /* Adds rdmx_rc and rdmx_ud to the component's transports (tl_iface.c): before
  * uct_component_register, so that UCX finds them when it lists the component's. */
 void rdmx_ucx_add_transports(uct_component_t* component);

@@ -35,10 +35,22 @@
  *                  than a source of truncated AMs. Connect-to-interface: rdmx sets RC
  *                  connections up on demand itself.
  *
+ *   put / get      rdmx_rc: put_zcopy and get_zcopy are rdmx_put and rdmx_get (an RDMA write
+ *                  or read on the peer's RC connection), so UCP's rendezvous moves data zero-copy.
+ *                  The interface attaches its worker's PD to the MD (domain.h): a memh's lkey in
+ *                  that PD, and the rkey of the peer's worker from the unpacked key. Each is an
+ *                  operation descriptor whose rdmx callback (inside rdmx's progress) only
+ *                  queues it; progress then runs the UCT completion. A connection still being
+ *                  set up or a full send queue is UCS_ERR_NO_RESOURCE, and the endpoint takes
+ *                  pending requests until the next progress. They count in the endpoint's
+ *                  in-flight sends, which a flush waits for.
+ *   fence          a flush without completion: later sends, puts and gets on the endpoint wait
+ *                  (UCS_ERR_NO_RESOURCE, pending) until everything before the fence is done at
+ *                  the peer (an AM and a put go on different QPs, so nothing orders them else).
+ *
  * Handlers run from uct_iface_progress, never from inside rdmx (rdmx callbacks must not call
- * rdmx; a handler sends). No put/get/zcopy yet: UCP carries rendezvous data in AM fragments.
- * The memory domain registers in its own PD, the worker posts from its own (zero-copy would need
- * the worker to use the MD's PD: plugin/ucx/README.md).
+ * rdmx; a handler sends). No am_zcopy, and no put/get short or bcopy (UCP then carries its own
+ * put/get API in AMs; its rendezvous uses the zero-copy ones).
  */
 /* UCX's internal headers read their build configuration (ENABLE_DEBUG_DATA ...). */
 #include "config.h"
@@ -55,6 +67,8 @@
 #include <rdmx/rdmx.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <uct/base/uct_iov.inl>
 
 #include "plugin/ucx/tl_glue.h"
 
@@ -89,6 +103,16 @@ typedef struct uct_rdmx_marker {
   uint64_t seq;
 } uct_rdmx_marker_t;
 
+/* A put or get in flight, or done and queued for progress to complete. */
+typedef struct uct_rdmx_rma_op {
+  rdmx_request_t req;
+  ucs_queue_elem_t elem; /* the free list or the done queue */
+  struct uct_rdmx_iface* iface;
+  struct uct_rdmx_ep* ep; /* NULL once the endpoint is gone */
+  uct_completion_t* comp;
+  ucs_status_t status; /* once done */
+} uct_rdmx_rma_op_t;
+
 typedef struct uct_rdmx_flush_waiter {
   ucs_queue_elem_t elem;
   uct_completion_t* comp;
@@ -120,6 +144,13 @@ typedef struct uct_rdmx_iface {
   uint64_t* dead_uids; /* peers rdmx found dead, not yet handled by progress */
   unsigned dead_count;
   unsigned dead_capacity;
+  /* Put and get (rdmx_rc with an MD slot; else md_slot -1 and no operations). */
+  int md_slot;
+  size_t max_rma; /* the port's largest message */
+  uct_rdmx_rma_op_t* rma_ops;
+  unsigned rma_count;
+  ucs_queue_head_t rma_free;
+  ucs_queue_head_t rma_done;
 } uct_rdmx_iface_t;
 
 typedef struct uct_rdmx_ep {
@@ -131,7 +162,12 @@ typedef struct uct_rdmx_ep {
   ucs_list_link_t list;
   ucs_queue_head_t pending;
   int unflushed;        /* a message went since the last marker */
-  unsigned inflight;    /* its sends rdmx still holds (rendezvous, queued) */
+  unsigned inflight;    /* its sends rdmx still holds (rendezvous, queued), puts and gets */
+  int fenced;           /* a fence waits for marker fence_seq and no inflight */
+  int fence_rma;        /* the fence has puts or gets before it: AMs after it wait too */
+  int rma_posted;       /* a put or get went since the last fence */
+  uint64_t fence_seq;   /* marker_seq + 1 while rdmx refused the fence's marker */
+  int blocked;          /* rdmx refused an operation for want of a resource: pending ones wait */
   uint64_t marker_seq;  /* markers posted */
   uint64_t marker_done; /* markers matched by the peer (in order) */
   ucs_queue_head_t markers;
@@ -255,6 +291,28 @@ static uct_rdmx_tx_desc_t* uct_rdmx_tx_get(uct_rdmx_iface_t* iface) {
   return ucs_queue_pull_elem_non_empty(&iface->tx_free, uct_rdmx_tx_desc_t, elem);
 }
 
+static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp);
+
+/* Whether an operation (a put or get when `rma`, else an AM or a flush) must wait for the
+ * endpoint's fence, which ends when everything before it is done at the peer. AMs arrive in
+ * order by themselves (rdmx keeps MPI's order per peer), so an AM waits only for the puts and
+ * gets before the fence, which go on another QP; a put or get waits for everything. A fence whose
+ * marker rdmx refused posts it here. */
+static int uct_rdmx_ep_fence_blocked(uct_rdmx_ep_t* ep, int rma) {
+  if (!ep->fenced) {
+    return 0;
+  }
+  if (ep->marker_seq < ep->fence_seq) {
+    (void)uct_rdmx_ep_flush(&ep->super.super, 0, NULL);
+  }
+  if (ep->marker_done >= ep->fence_seq && ep->inflight == 0) {
+    ep->fenced = 0;
+    ep->fence_rma = 0;
+    return 0;
+  }
+  return rma || ep->fence_rma;
+}
+
 /* Sends `length` bytes of the descriptor's data as AM `id`. The descriptor is the interface's
  * again when this returns, unless the send is still active. */
 static ucs_status_t uct_rdmx_tx_post(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
@@ -263,6 +321,9 @@ static ucs_status_t uct_rdmx_tx_post(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
   int rc = rdmx_tag_send(ep->ep, uct_rdmx_tx_data(desc), length, id, 0, &desc->req, NULL, NULL);
   if (rc != RDMX_OK) {
     uct_rdmx_tx_put(iface, desc);
+    if (rc == RDMX_ERR_NO_RESOURCE) {
+      ep->blocked = 1; /* connection not up yet, or its send queue full: pending requests wait */
+    }
     return uct_rdmx_status(rc);
   }
   ep->unflushed = 1;
@@ -290,6 +351,9 @@ static ucs_status_t uct_rdmx_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t he
 
   UCT_CHECK_AM_ID(id);
   UCT_CHECK_LENGTH(total, 0, iface->short_size, "am_short");
+  if (uct_rdmx_ep_fence_blocked(ep, 0)) {
+    return UCS_ERR_NO_RESOURCE;
+  }
   desc = uct_rdmx_tx_get(iface);
   if (desc == NULL) {
     return UCS_ERR_NO_RESOURCE;
@@ -309,6 +373,9 @@ static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callbac
 
   (void)flags;
   UCT_CHECK_AM_ID(id);
+  if (uct_rdmx_ep_fence_blocked(ep, 0)) {
+    return UCS_ERR_NO_RESOURCE;
+  }
   desc = uct_rdmx_tx_get(iface);
   if (desc == NULL) {
     return UCS_ERR_NO_RESOURCE;
@@ -323,7 +390,180 @@ static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callbac
   return (status == UCS_OK) ? (ssize_t)length : status;
 }
 
+/* ---- put and get ------------------------------------------------------------------------- */
+
+/* rdmx's callback of a put or get, inside rdmx_worker_progress: only queues it (rdmx must not be
+ * called from here, and a UCT completion may send). */
+static void uct_rdmx_rma_done(rdmx_request_t* req, const rdmx_status_t* status, void* arg) {
+  uct_rdmx_rma_op_t* op = arg;
+  (void)req;
+  op->status = uct_rdmx_status(status->error);
+  ucs_queue_push(&op->iface->rma_done, &op->elem);
+}
+
+/* Completes the puts and gets rdmx finished: the endpoints' counts first, then the UCT
+ * completions (which may post, or destroy endpoints). */
+static unsigned uct_rdmx_rma_progress(uct_rdmx_iface_t* iface) {
+  ucs_queue_head_t done;
+  unsigned count = 0;
+
+  if (ucs_queue_is_empty(&iface->rma_done)) {
+    return 0;
+  }
+  ucs_queue_head_init(&done);
+  ucs_queue_splice(&done, &iface->rma_done);
+  while (!ucs_queue_is_empty(&done)) {
+    uct_rdmx_rma_op_t* op = ucs_queue_pull_elem_non_empty(&done, uct_rdmx_rma_op_t, elem);
+    uct_completion_t* comp = op->comp;
+    const ucs_status_t status = op->status;
+    if (op->ep != NULL) {
+      --op->ep->inflight;
+    }
+    if (status != UCS_OK) {
+      ucs_debug("rdmx: a put or get failed: %s", ucs_status_string(status));
+    }
+    op->ep = NULL;
+    ucs_queue_push_head(&iface->rma_free, &op->elem);
+    if (comp != NULL) {
+      uct_invoke_completion(comp, status);
+    }
+    ++count;
+  }
+  return count;
+}
+
+static ucs_status_t uct_rdmx_ep_rma_zcopy(uct_ep_h tl_ep, int get, const uct_iov_t* iov,
+                                          size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                                          uct_completion_t* comp) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  const char* name = get ? "get_zcopy" : "put_zcopy";
+  const size_t length = uct_iov_total_length(iov, iovcnt);
+  uct_rdmx_rma_op_t* op;
+  uint32_t lkey, peer_rkey;
+  int rc;
+
+  if (iface->rma_ops == NULL) {
+    return UCS_ERR_UNSUPPORTED; /* not offered (iface_query): rdmx_ud, or no MD slot */
+  }
+  UCT_CHECK_IOV_SIZE(iovcnt, 1, name);
+  UCT_CHECK_LENGTH(length, 0, iface->max_rma, name);
+  if (ep->status != UCS_OK) {
+    return ep->status;
+  }
+  if (length == 0) {
+    return UCS_OK; /* nothing moves */
+  }
+  if (iov[0].count > 1) {
+    ucs_error("rdmx: %s: a strided iov (count %u) is not supported", name, iov[0].count);
+    return UCS_ERR_UNSUPPORTED;
+  }
+  if (!rdmx_ucx_memh_lkey(iov[0].memh, iface->md_slot, &lkey)) {
+    ucs_error("rdmx: %s: the local buffer's memh is not a registration of this MD", name);
+    return UCS_ERR_INVALID_PARAM;
+  }
+  if (!rdmx_ucx_rkey_for(rkey, ep->peer_uid, &peer_rkey)) {
+    ucs_error("rdmx: %s: the remote key has no entry for the peer's worker (uid 0x%" PRIx64
+              "): it was packed by a process whose MD has more than %d rdmx_rc interfaces",
+              name, ep->peer_uid, RDMX_UCX_MAX_RMA_IFACES);
+    return UCS_ERR_INVALID_PARAM;
+  }
+  if (uct_rdmx_ep_fence_blocked(ep, 1) || ucs_queue_is_empty(&iface->rma_free)) {
+    return UCS_ERR_NO_RESOURCE;
+  }
+  op = ucs_queue_pull_elem_non_empty(&iface->rma_free, uct_rdmx_rma_op_t, elem);
+  rc = get ? rdmx_get(ep->ep, iov[0].buffer, length, lkey, remote_addr, peer_rkey, &op->req,
+                      uct_rdmx_rma_done, op)
+           : rdmx_put(ep->ep, iov[0].buffer, length, lkey, remote_addr, peer_rkey, &op->req,
+                      uct_rdmx_rma_done, op);
+  if (rc != RDMX_OK) {
+    ucs_queue_push_head(&iface->rma_free, &op->elem);
+    if (rc == RDMX_ERR_NO_RESOURCE) {
+      ep->blocked = 1; /* connection not up yet, or its send queue full */
+    }
+    return uct_rdmx_status(rc);
+  }
+  op->ep = ep;
+  op->comp = comp;
+  ++ep->inflight;
+  ep->rma_posted = 1;
+  if (get) {
+    UCT_TL_EP_STAT_OP(&ep->super, GET, ZCOPY, length);
+  } else {
+    UCT_TL_EP_STAT_OP(&ep->super, PUT, ZCOPY, length);
+  }
+  return UCS_INPROGRESS;
+}
+
+static ucs_status_t uct_rdmx_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t* iov, size_t iovcnt,
+                                          uint64_t remote_addr, uct_rkey_t rkey,
+                                          uct_completion_t* comp) {
+  return uct_rdmx_ep_rma_zcopy(tl_ep, 0, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+static ucs_status_t uct_rdmx_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t* iov, size_t iovcnt,
+                                          uint64_t remote_addr, uct_rkey_t rkey,
+                                          uct_completion_t* comp) {
+  return uct_rdmx_ep_rma_zcopy(tl_ep, 1, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+/* ---- fence ------------------------------------------------------------------------------- */
+
+/* A flush without completion whose end later operations wait for (uct_rdmx_ep_fence_blocked).
+ * Nothing to order on rdmx_ud, whose AMs arrive in order; nothing to wait for when everything
+ * before is done. */
+static ucs_status_t uct_rdmx_ep_fence(uct_ep_h tl_ep, unsigned flags) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  ucs_status_t status;
+
+  (void)flags;
+  if (ep->status != UCS_OK) {
+    return ep->status;
+  }
+  UCT_TL_EP_STAT_FENCE(&ep->super);
+  if (iface->rma_ops == NULL) {
+    return UCS_OK;
+  }
+  status = uct_rdmx_ep_flush(tl_ep, 0, NULL); /* a marker after what went since the last */
+  if (status == UCS_OK) {
+    ep->rma_posted = 0; /* all done */
+    return UCS_OK;
+  }
+  if (status == UCS_ERR_NO_RESOURCE) {
+    ep->fence_seq = ep->marker_seq + 1; /* owed: the next operation posts it */
+  } else if (status == UCS_INPROGRESS) {
+    ep->fence_seq = ep->marker_seq;
+  } else {
+    return status;
+  }
+  ep->fence_rma |= ep->rma_posted;
+  ep->rma_posted = 0;
+  ep->fenced = 1;
+  return UCS_OK;
+}
+
+static ucs_status_t uct_rdmx_iface_fence(uct_iface_h tl_iface, unsigned flags) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  uct_rdmx_ep_t* ep;
+
+  ucs_list_for_each(ep, &iface->eps, list) {
+    const ucs_status_t status = uct_rdmx_ep_fence(&ep->super.super, flags);
+    if (status != UCS_OK && status != UCS_ERR_UNREACHABLE && status != UCS_ERR_ENDPOINT_TIMEOUT) {
+      return status;
+    } /* else its peer is gone: nothing of it is left to order */
+  }
+  return UCS_OK;
+}
+
 /* ---- pending ----------------------------------------------------------------------------- */
+
+/* Whether the interface has what every operation needs: a send descriptor, and an operation
+ * descriptor where puts and gets are offered. */
+static int uct_rdmx_iface_has_resources(const uct_rdmx_iface_t* iface) {
+  return !ucs_queue_is_empty(&iface->tx_free) &&
+         (iface->rma_ops == NULL || !ucs_queue_is_empty(&iface->rma_free));
+}
 
 static ucs_status_t uct_rdmx_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t* req,
                                             unsigned flags) {
@@ -331,8 +571,9 @@ static ucs_status_t uct_rdmx_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t* r
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
 
   (void)flags;
-  /* A free descriptor: the caller may send now, and must (nothing would wake the request). */
-  if (!ucs_queue_is_empty(&iface->tx_free)) {
+  /* Resources free and nothing holding the endpoint back: the caller may send now, and must
+   * (nothing would wake the request). */
+  if (!ep->blocked && !uct_rdmx_ep_fence_blocked(ep, 1) && uct_rdmx_iface_has_resources(iface)) {
     return UCS_ERR_BUSY;
   }
   uct_pending_req_queue_push(&ep->pending, req);
@@ -354,9 +595,12 @@ static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
 
   ucs_list_for_each(ep, &iface->eps, list) {
     const size_t before = ucs_queue_length(&ep->pending);
-    uct_pending_queue_dispatch(priv, &ep->pending, !ucs_queue_is_empty(&iface->tx_free));
+    ep->blocked = 0; /* progress ran: the connection may be up, the queue emptier */
+    uct_pending_queue_dispatch(
+        priv, &ep->pending,
+        uct_rdmx_iface_has_resources(iface) && !ep->blocked && !uct_rdmx_ep_fence_blocked(ep, 1));
     iface->pending_count -= (unsigned)(before - ucs_queue_length(&ep->pending));
-    if (iface->pending_count == 0 || ucs_queue_is_empty(&iface->tx_free)) {
+    if (iface->pending_count == 0 || !uct_rdmx_iface_has_resources(iface)) {
       break;
     }
   }
@@ -441,6 +685,9 @@ static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_comple
     rc = rdmx_tag_send(ep->ep, &zero, 0, RDMX_TAG_FLUSH, RDMX_SEND_SYNC, &m->req, NULL, NULL);
     if (rc != RDMX_OK) {
       ucs_free(m);
+      if (rc == RDMX_ERR_NO_RESOURCE) {
+        ep->blocked = 1; /* as a send: the flush waits in the pending queue */
+      }
       return uct_rdmx_status(rc);
     }
     ep->unflushed = 0;
@@ -617,7 +864,8 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
       uct_rdmx_tx_put(iface, desc);
     }
   }
-  if (iface->pending_count > 0 && !ucs_queue_is_empty(&iface->tx_free)) {
+  count += uct_rdmx_rma_progress(iface);
+  if (iface->pending_count > 0 && uct_rdmx_iface_has_resources(iface)) {
     uct_rdmx_dispatch_pending(iface);
   }
   if (iface->flushing_eps > 0) {
@@ -677,6 +925,11 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
   ucs_queue_head_init(&self->waiters);
   self->unflushed = 0;
   self->inflight = 0;
+  self->fenced = 0;
+  self->fence_rma = 0;
+  self->rma_posted = 0;
+  self->fence_seq = 0;
+  self->blocked = 0;
   self->marker_seq = 0;
   self->marker_done = 0;
   ucs_list_add_tail(&iface->eps, &self->list);
@@ -687,6 +940,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_ep_t) {
   uct_rdmx_iface_t* iface = ucs_derived_of(self->super.super.iface, uct_rdmx_iface_t);
   uct_rdmx_tx_desc_t* desc;
   ucs_queue_iter_t iter;
+  unsigned i;
 
   if (uct_rdmx_ep_is_flushing(self)) {
     --iface->flushing_eps;
@@ -696,6 +950,12 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_ep_t) {
   ucs_queue_for_each_safe(desc, iter, &iface->tx_inflight, elem) {
     if (desc->ep == self) {
       desc->ep = NULL;
+    }
+  }
+  for (i = 0; i < iface->rma_count; ++i) { /* in flight, or done and not yet completed */
+    if (iface->rma_ops[i].ep == self) {
+      iface->rma_ops[i].ep = NULL;
+      iface->rma_ops[i].comp = NULL; /* UCT's contract: no completion after ep_destroy */
     }
   }
   while (!ucs_queue_is_empty(&self->markers)) {
@@ -742,6 +1002,19 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
   attr->cap.am.align_mtu = 1;
   attr->cap.am.max_hdr = 0;
   attr->cap.am.max_iov = 1;
+  if (iface->rma_ops != NULL) {
+    attr->cap.flags |= UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY;
+    attr->cap.put.min_zcopy = 0;
+    attr->cap.put.max_zcopy = iface->max_rma;
+    attr->cap.put.opt_zcopy_align = 1;
+    attr->cap.put.align_mtu = 1;
+    attr->cap.put.max_iov = 1;
+    attr->cap.get.min_zcopy = 0;
+    attr->cap.get.max_zcopy = iface->max_rma;
+    attr->cap.get.opt_zcopy_align = 1;
+    attr->cap.get.align_mtu = 1;
+    attr->cap.get.max_iov = 1;
+  }
   /* UCX's model of the same device and transport (uct_ib_iface_query: 700 ns on a recent
    * adapter, UD 200 ns more for its software reliability) plus rdmx's API and matching on each
    * side; the bandwidth is the port's data rate. */
@@ -785,6 +1058,47 @@ static int uct_rdmx_iface_is_reachable(const uct_iface_h tl_iface,
     return 0;
   }
   return rdmx_worker_check_peer(iface->worker, blob, rdmx_ucx_tl_blob_size(), NULL, 0) == RDMX_OK;
+}
+
+/* rdmx_rc: attaches the worker's PD to the MD and makes the operation descriptors. Without a
+ * slot or memory the interface offers no put/get (UCP then moves rendezvous data in AMs). */
+static void uct_rdmx_rma_init(uct_rdmx_iface_t* iface, uct_md_h md, int port, size_t count) {
+  size_t i;
+
+  iface->md_slot = -1;
+  iface->max_rma = 0;
+  iface->rma_ops = NULL;
+  iface->rma_count = 0;
+  ucs_queue_head_init(&iface->rma_free);
+  ucs_queue_head_init(&iface->rma_done);
+  if (iface->transport != RDMX_TRANSPORT_RC) {
+    return; /* UD has no connection to put on (nor has UCX's ud_verbs) */
+  }
+  iface->max_rma = rdmx_ucx_md_port_max_msg(md, port);
+  iface->md_slot =
+      rdmx_ucx_md_attach(md, rdmx_worker_uid(iface->worker), rdmx_worker_pd(iface->worker));
+  if (iface->md_slot < 0 || iface->max_rma == 0) {
+    ucs_diag(
+        "rdmx_rc: no put/get on this interface (its memory domain has %d interfaces with "
+        "them, or registering its memory for this one failed)",
+        RDMX_UCX_MAX_RMA_IFACES);
+    if (iface->md_slot >= 0) {
+      rdmx_ucx_md_detach(md, iface->md_slot);
+      iface->md_slot = -1;
+    }
+    return;
+  }
+  iface->rma_ops = ucs_calloc(count, sizeof(*iface->rma_ops), "rdmx put/get descriptors");
+  if (iface->rma_ops == NULL) {
+    rdmx_ucx_md_detach(md, iface->md_slot);
+    iface->md_slot = -1;
+    return;
+  }
+  iface->rma_count = (unsigned)count;
+  for (i = 0; i < count; ++i) {
+    iface->rma_ops[i].iface = iface;
+    ucs_queue_push(&iface->rma_free, &iface->rma_ops[i].elem);
+  }
 }
 
 static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_h md,
@@ -894,6 +1208,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
   for (i = 0; i < self->rx_count; ++i) {
     uct_rdmx_rx_post(self, uct_rdmx_rx_desc(self, i));
   }
+  uct_rdmx_rma_init(self, md, port, tx_count);
   ucs_debug("%s on %s: seg_size %zu, %u receives, %zu send buffers", tl_name,
             params->mode.device.dev_name, self->seg_size, self->rx_count, tx_count);
   return UCS_OK;
@@ -901,14 +1216,20 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
 
 static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_iface_t) {
   uct_base_iface_progress_disable(&self->super.super, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-  /* Fails every active request (the receives, sends in flight, markers): then their storage,
-   * ours, may go. */
+  /* The MD's registrations leave the worker's PD before the worker frees it (a put or get
+   * still in flight then fails, as destroy would fail it). */
+  if (self->md_slot >= 0) {
+    rdmx_ucx_md_detach(self->super.md, self->md_slot);
+  }
+  /* Fails every active request (the receives, sends in flight, markers, puts and gets): then
+   * their storage, ours, may go. */
   rdmx_worker_destroy(self->worker);
   while (!ucs_queue_is_empty(&self->orphan_markers)) {
     ucs_free(ucs_queue_pull_elem_non_empty(&self->orphan_markers, uct_rdmx_marker_t, elem));
   }
   ucs_free(self->tx_mem);
   ucs_free(self->rx_mem);
+  ucs_free(self->rma_ops);
   ucs_free(self->dead_uids);
 }
 
@@ -958,12 +1279,14 @@ static uct_iface_ops_t uct_rdmx_iface_ops = {
     .ep_am_bcopy = uct_rdmx_ep_am_bcopy,
     .ep_pending_add = uct_rdmx_ep_pending_add,
     .ep_pending_purge = uct_rdmx_ep_pending_purge,
+    .ep_put_zcopy = uct_rdmx_ep_put_zcopy,
+    .ep_get_zcopy = uct_rdmx_ep_get_zcopy,
     .ep_flush = uct_rdmx_ep_flush,
-    .ep_fence = uct_base_ep_fence,
+    .ep_fence = uct_rdmx_ep_fence,
     .ep_create = UCS_CLASS_NEW_FUNC_NAME(uct_rdmx_ep_t),
     .ep_destroy = UCS_CLASS_DELETE_FUNC_NAME(uct_rdmx_ep_t),
     .iface_flush = uct_rdmx_iface_flush,
-    .iface_fence = uct_base_iface_fence,
+    .iface_fence = uct_rdmx_iface_fence,
     .iface_progress_enable = uct_base_iface_progress_enable,
     .iface_progress_disable = uct_base_iface_progress_disable,
     .iface_progress = uct_rdmx_iface_progress,

@@ -106,21 +106,11 @@ static void open_side(side_t* s, const char* name, uct_md_h md, uct_worker_h wor
   s->rx.name = name;
   s->iface = open_iface(md, worker, tl, dev, kAmId, on_am, &s->rx, NULL, NULL, &s->attr);
   CHECK(s->attr.cap.flags & UCT_IFACE_FLAG_CONNECT_TO_IFACE, "%s lacks CONNECT_TO_IFACE", tl);
-  s->dev_addr = calloc(1, s->attr.device_addr_len);
-  s->iface_addr = calloc(1, s->attr.iface_addr_len);
-  CHECK(s->dev_addr != NULL && s->iface_addr != NULL, "calloc");
-  CHECK_OK(uct_iface_get_device_address(s->iface, s->dev_addr), "get_device_address");
-  CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr), "get_address");
+  get_addresses(s->iface, &s->attr, &s->dev_addr, &s->iface_addr);
 }
 
 static void connect_to(side_t* from, const side_t* to) {
-  CHECK(uct_iface_is_reachable(from->iface, to->dev_addr, to->iface_addr), "peer unreachable");
-  uct_ep_params_t params = {.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                                          UCT_EP_PARAM_FIELD_IFACE_ADDR,
-                            .iface = from->iface,
-                            .dev_addr = to->dev_addr,
-                            .iface_addr = to->iface_addr};
-  CHECK_OK(uct_ep_create(&params, &from->ep), "uct_ep_create");
+  from->ep = connect_ep(from->iface, to->dev_addr, to->iface_addr);
 }
 
 /* Posts one AM (short or bcopy by size), progressing while the send pool is empty. */

@@ -134,6 +134,30 @@ static inline uct_component_h find_rdmx(uct_component_h** components, uct_md_res
   return NULL;
 }
 
+/* An interface's device and interface addresses, allocated (free them with free). */
+static inline void get_addresses(uct_iface_h iface, const uct_iface_attr_t* attr,
+                                 uct_device_addr_t** dev_addr, uct_iface_addr_t** iface_addr) {
+  *dev_addr = calloc(1, attr->device_addr_len);
+  *iface_addr = calloc(1, attr->iface_addr_len);
+  CHECK(*dev_addr != NULL && *iface_addr != NULL, "calloc");
+  CHECK_OK(uct_iface_get_device_address(iface, *dev_addr), "get_device_address");
+  CHECK_OK(uct_iface_get_address(iface, *iface_addr), "get_address");
+}
+
+/* An endpoint of `iface` to the interface at those addresses (connect to interface). */
+static inline uct_ep_h connect_ep(uct_iface_h iface, const uct_device_addr_t* dev_addr,
+                                  const uct_iface_addr_t* iface_addr) {
+  uct_ep_h ep;
+  CHECK(uct_iface_is_reachable(iface, dev_addr, iface_addr), "peer unreachable");
+  uct_ep_params_t params = {.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                                          UCT_EP_PARAM_FIELD_IFACE_ADDR,
+                            .iface = iface,
+                            .dev_addr = dev_addr,
+                            .iface_addr = iface_addr};
+  CHECK_OK(uct_ep_create(&params, &ep), "uct_ep_create");
+  return ep;
+}
+
 /* The first of the component's MDs that offers transport tl: its name and the device's (0 when
  * none does). */
 static inline int find_tl_device(uct_component_h component, const uct_md_resource_desc_t* mds,

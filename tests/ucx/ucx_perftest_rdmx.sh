@@ -3,10 +3,12 @@
 # preloaded: a server on the first RDMA device and a client on the second (the first again if
 # there is one), on this host. Each case must finish in time and print its "Final:" line. Then
 # a client whose SEG_SIZE differs from the server's must fail with the module's message.
-# Usage: ucx_perftest_rdmx.sh LIBUCT_RDMX TL [CASE...]   CASE = test:size:iterations
-#   am_lat is UCT's active-message ping-pong on TL itself (-x TL); the others are UCP's
-#   (UCX_TLS=TL,self): tag matching, and put/get, which UCP carries in active messages over a
-#   transport without RDMA (rdmx's have none yet).
+# Usage: ucx_perftest_rdmx.sh LIBUCT_RDMX TL [CASE...]
+#   CASE = test:size:iterations[:layout]
+#   UCT tests (am_lat, put_bw, put_lat, get) run on TL itself (-x TL, and -D layout when given:
+#   zcopy for rdmx_rc's put_zcopy and get_zcopy); the others are UCP's (UCX_TLS=TL,self): tag
+#   matching, whose rendezvous moves data by get_zcopy over rdmx_rc, and UCP's put/get, which
+#   UCP carries in active messages (rdmx has no put/get short or bcopy).
 set -u
 lib=$1 tl=$2
 shift 2
@@ -22,11 +24,13 @@ port=$((20000 + $$ % 10000))
 export LD_PRELOAD="$lib" UCX_WARN_UNUSED_ENV_VARS=n
 for c in "$@"; do
   t=${c%%:*} rest=${c#*:}
-  size=${rest%%:*} iters=${rest#*:}
+  size=${rest%%:*} rest=${rest#*:}
+  iters=${rest%%:*} layout=
+  [ "$rest" = "$iters" ] || layout="-D ${rest#*:}"
   port=$((port + 1))
-  if [ "$t" = am_lat ]; then
+  if [ "$t" = am_lat ] || [ "$t" = put_bw ] || [ "$t" = put_lat ] || [ "$t" = get ]; then
     server="ucx_perftest -p $port -d $d1 -x $tl"
-    client="ucx_perftest 127.0.0.1 -p $port -d $d2 -x $tl"
+    client="ucx_perftest 127.0.0.1 -p $port -d $d2 -x $tl $layout"
   else
     server="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d1 ucx_perftest -p $port"
     client="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d2 ucx_perftest 127.0.0.1 -p $port"
@@ -43,7 +47,7 @@ for c in "$@"; do
   wait $spid
   src=$?
   line=$(grep '^Final:' "$dir/client")
-  echo "$tl $t ${size} B x $iters ($(($(date +%s) - start)) s): $line"
+  echo "$tl $t ${size} B x $iters $layout ($(($(date +%s) - start)) s): $line"
   if [ $crc -ne 0 ] || [ $src -ne 0 ] || [ -z "$line" ]; then
     echo "--- client (exit $crc):"; cat "$dir/client"
     echo "--- server (exit $src):"; cat "$dir/server"

@@ -80,12 +80,35 @@ TEST(UcxAccess, NoAccessBitMeansAllAndOtherFlagsAreIgnored) {
 
 TEST(UcxRkey, PackedLittleEndianAndRoundTrips) {
   std::array<unsigned char, kPackedRkeySize> buf{};
-  pack_rkey(0x11223344u, buf.data());
-  EXPECT_EQ(buf, (std::array<unsigned char, kPackedRkeySize>{0x44, 0x33, 0x22, 0x11}));
-  for (std::uint32_t rkey : {0u, 1u, 0x1234u, 0xfffffffeu, 0xffffffffu}) {
-    pack_rkey(rkey, buf.data());
-    EXPECT_EQ(unpack_rkey(buf.data()), rkey);
+  RemoteKey key;
+  key.md_rkey = 0x11223344u;
+  key.workers[0] = {0x0102030405060708ull, 0xa1a2a3a4u};
+  key.workers[kMaxRmaWorkers - 1] = {~std::uint64_t{0}, 0xffffffffu};
+  pack_rkey(key, buf.data());
+  EXPECT_EQ(buf[0], 0x44);  // the MD's rkey first, little-endian
+  EXPECT_EQ(buf[3], 0x11);
+  EXPECT_EQ(buf[4], 0x08);  // then the first worker's uid and rkey
+  EXPECT_EQ(buf[11], 0x01);
+  EXPECT_EQ(buf[12], 0xa4);
+  EXPECT_EQ(buf[15], 0xa1);
+  EXPECT_EQ(buf[kPackedRkeySize - 1], 0xff);
+  const RemoteKey back = unpack_rkey(buf.data());
+  EXPECT_EQ(back.md_rkey, key.md_rkey);
+  for (std::size_t i = 0; i < kMaxRmaWorkers; ++i) {
+    EXPECT_EQ(back.workers[i].uid, key.workers[i].uid) << i;
+    EXPECT_EQ(back.workers[i].rkey, key.workers[i].rkey) << i;
   }
+}
+
+TEST(UcxRkey, TheRkeyOfTheWorkerThePeerIsConnectedTo) {
+  RemoteKey key;
+  key.md_rkey = 7;
+  key.workers[1] = {42, 0x4242};
+  key.workers[2] = {43, 0x4343};
+  EXPECT_EQ(key.rkey_for(42), 0x4242u);
+  EXPECT_EQ(key.rkey_for(43), 0x4343u);
+  EXPECT_EQ(key.rkey_for(44), std::nullopt);  // registered before that worker came, past the max
+  EXPECT_EQ(key.rkey_for(0), std::nullopt);   // an empty entry is no worker's
 }
 
 TEST(UcxPortRate, WidthTimesLaneRateAfterEncoding) {

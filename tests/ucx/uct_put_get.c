@@ -1,0 +1,320 @@
+/* Guest test of rdmx_rc's put_zcopy and get_zcopy through UCX's PUBLIC UCT API only
+ * (libuct_rdmx.so preloaded), in one process: an MD, a UCT worker and two rdmx_rc interfaces on
+ * one device, an endpoint each way.
+ *   - rdmx_rc offers PUT_ZCOPY and GET_ZCOPY; rdmx_ud neither.
+ *   - Memory registered before the interfaces open, and after: each interface's worker gets a
+ *     registration of it in its own PD (the kernel lists one MR per registration and PD), and a
+ *     key packed afterwards reaches it.
+ *   - put_zcopy and get_zcopy from 1 byte to 4 MiB, every byte checked.
+ *   - fence: a 1-MiB put, uct_ep_fence, then an AM: its handler must find the put's data
+ *     there (the AM goes on another QP and could overtake it; seen passing without the fence
+ *     too, the put being done before the peer's progress runs the handler).
+ *   - fence the other way: an AM whose handler writes 8 bytes into the peer's region,
+ *     uct_ep_fence, then a get of them: the get must read what the handler wrote. Without the
+ *     fence the peer's device serves the get before the peer's progress runs the handler (seen
+ *     failing so); with it, in one thread, the handler runs in the progress call that answers
+ *     the fence's marker, before this side sees the answer.
+ *   - flush: a put without completion, then uct_ep_flush: the data is there.
+ *   - closing the interfaces leaves each registration in the MD's PD alone; deregistering, none.
+ * Prints what it sees; exits non-zero on the first failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucs/async/async_fwd.h>
+
+#include "uct_test_util.h"
+
+enum {
+  kAmId = 9,
+  kSetId = 10,        /* an AM whose handler writes its header at fence_check_t.set_at */
+  kRegion = 16 << 20, /* bytes of each registered buffer: its MRs are told apart by length */
+  kLargest = 4 << 20, /* the largest put and get */
+  kFence = 1 << 20,
+  kSeconds = 60 /* a wait beyond this is a hang */
+};
+
+typedef struct {
+  uint8_t* mem;
+  uct_mem_h memh;
+  uct_rkey_bundle_t key;
+} region_t;
+
+typedef struct {
+  uct_iface_h iface;
+  uct_iface_attr_t attr;
+  uct_device_addr_t* dev_addr;
+  uct_iface_addr_t* iface_addr;
+  uct_ep_h ep;
+} side_t;
+
+/* What b's AM handler checks: the fenced put's last byte is in place when the AM arrives. */
+typedef struct {
+  const uint8_t* target;
+  uint8_t want;
+  int arrived;
+  int in_place;
+  uint8_t* set_at;
+} fence_check_t;
+
+static uint8_t pattern(unsigned seed, size_t i) {
+  return (uint8_t)(i * 13 + seed * 71 + 5);
+}
+
+/* MRs of this process as long as a region: one per registration and PD. */
+static int region_mrs(void) {
+  static char mrs[1 << 16];
+  char want[32];
+  int n = 0;
+  (void)own_resources("mr", mrs, sizeof(mrs));
+  snprintf(want, sizeof(want), " mrlen %d ", kRegion);
+  for (const char* p = strstr(mrs, want); p != NULL; p = strstr(p + 1, want)) {
+    ++n;
+  }
+  return n;
+}
+
+static ucs_status_t on_am(void* arg, void* data, size_t length, unsigned flags) {
+  fence_check_t* f = arg;
+  (void)data;
+  (void)length;
+  (void)flags;
+  f->arrived = 1;
+  f->in_place = f->target[kFence - 1] == f->want && f->target[0] == f->want;
+  return UCS_OK;
+}
+
+static ucs_status_t on_set(void* arg, void* data, size_t length, unsigned flags) {
+  fence_check_t* f = arg;
+  (void)flags;
+  CHECK(length == sizeof(uint64_t), "the set AM carries %zu bytes", length);
+  memcpy(f->set_at, data, sizeof(uint64_t));
+  return UCS_OK;
+}
+
+static void open_side(side_t* s, uct_md_h md, uct_worker_h worker, const char* dev,
+                      fence_check_t* fence) {
+  memset(s, 0, sizeof(*s));
+  s->iface = open_iface(md, worker, "rdmx_rc", dev, kAmId, on_am, fence, NULL, NULL, &s->attr);
+  CHECK_OK(uct_iface_set_am_handler(s->iface, kSetId, on_set, fence, 0), "set_am_handler");
+  CHECK((s->attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY) &&
+            (s->attr.cap.flags & UCT_IFACE_FLAG_GET_ZCOPY),
+        "rdmx_rc lacks PUT_ZCOPY or GET_ZCOPY (flags 0x%lx)", (unsigned long)s->attr.cap.flags);
+  CHECK(s->attr.cap.put.max_zcopy >= kLargest && s->attr.cap.get.max_zcopy >= kLargest,
+        "max_zcopy put %zu get %zu", s->attr.cap.put.max_zcopy, s->attr.cap.get.max_zcopy);
+  get_addresses(s->iface, &s->attr, &s->dev_addr, &s->iface_addr);
+}
+
+static void connect_to(side_t* from, const side_t* to) {
+  from->ep = connect_ep(from->iface, to->dev_addr, to->iface_addr);
+}
+
+static void close_side(side_t* s) {
+  uct_ep_destroy(s->ep);
+  uct_iface_close(s->iface);
+  free(s->dev_addr);
+  free(s->iface_addr);
+}
+
+static void register_region(uct_md_h md, region_t* r) {
+  CHECK(posix_memalign((void**)&r->mem, 4096, kRegion) == 0, "posix_memalign");
+  CHECK_OK(uct_md_mem_reg(md, r->mem, kRegion, UCT_MD_MEM_ACCESS_ALL, &r->memh), "mem_reg");
+}
+
+/* The key of a region as a peer gets it: packed now (with the workers attached now). */
+static void unpack_key(uct_component_h component, uct_md_h md, size_t packed_size, region_t* r) {
+  void* packed = calloc(1, packed_size);
+  CHECK(packed != NULL, "calloc");
+  CHECK_OK(uct_md_mkey_pack(md, r->memh, packed), "uct_md_mkey_pack");
+  CHECK_OK(uct_rkey_unpack(component, packed, &r->key), "uct_rkey_unpack");
+  free(packed);
+}
+
+static void done(uct_completion_t* comp) {
+  (void)comp;
+}
+
+/* A put or get of [buf, +len) at remote_addr, waited for unless comp is NULL. */
+static void rma(uct_worker_h worker, uct_ep_h ep, int get, void* buf, size_t len, uct_mem_h memh,
+                uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t* comp) {
+  const uct_iov_t iov = {.buffer = buf, .length = len, .memh = memh, .stride = 0, .count = 1};
+  const double deadline = now_s() + kSeconds;
+  ucs_status_t status;
+  while ((status = get ? uct_ep_get_zcopy(ep, &iov, 1, remote_addr, rkey, comp)
+                       : uct_ep_put_zcopy(ep, &iov, 1, remote_addr, rkey, comp)) ==
+         UCS_ERR_NO_RESOURCE) {
+    CHECK(now_s() < deadline, "%s of %zu B: no resource for %d s", get ? "get" : "put", len,
+          kSeconds);
+    uct_worker_progress(worker);
+  }
+  CHECK(status == UCS_INPROGRESS || status == UCS_OK, "%s of %zu B: %s", get ? "get" : "put", len,
+        ucs_status_string(status));
+}
+
+static void wait_comp(uct_worker_h worker, uct_completion_t* comp, const char* what) {
+  const double deadline = now_s() + kSeconds;
+  while (comp->count > 0) {
+    CHECK(now_s() < deadline, "%s not done after %d s", what, kSeconds);
+    uct_worker_progress(worker);
+  }
+  CHECK_OK(comp->status, what);
+}
+
+static void check_bytes(const uint8_t* p, size_t n, unsigned seed, size_t at, const char* what) {
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(p[i] == pattern(seed, at + i), "%s: byte %zu of %zu is 0x%02x, not 0x%02x", what, i, n,
+          p[i], pattern(seed, at + i));
+  }
+}
+
+int main(void) {
+  uct_component_h* components;
+  uct_md_resource_desc_t* mds;
+  unsigned num_mds;
+  char md_name[UCT_MD_NAME_MAX], dev_name[UCT_DEVICE_NAME_MAX];
+  uct_md_config_t* md_config;
+  uct_md_h md;
+  uct_md_attr_t md_attr;
+  ucs_async_context_t* async;
+  uct_worker_h worker;
+  side_t a, b;
+  region_t ra, rb;
+  fence_check_t fence = {0};
+  const size_t sizes[] = {1, 8, 4095, 65536, 1 << 20, kLargest}; /* in all, under half */
+  const size_t half = kRegion / 2;
+
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const uct_component_h rdmx = find_rdmx(&components, &mds, &num_mds);
+  CHECK(find_tl_device(rdmx, mds, num_mds, "rdmx_rc", md_name, dev_name), "no rdmx_rc device");
+  CHECK_OK(uct_md_config_read(rdmx, NULL, NULL, &md_config), "uct_md_config_read");
+  CHECK_OK(uct_md_open(rdmx, md_name, md_config, &md), "uct_md_open");
+  uct_config_release(md_config);
+  CHECK_OK(uct_md_query(md, &md_attr), "uct_md_query");
+  CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async), "async_create");
+  CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), "uct_worker_create");
+
+  /* rdmx_ud: no put or get, and no registration in its worker's PD. */
+  {
+    uct_iface_attr_t attr;
+    uct_iface_h ud =
+        open_iface(md, worker, "rdmx_ud", dev_name, kAmId, on_am, &fence, NULL, NULL, &attr);
+    CHECK(!(attr.cap.flags & (UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY)),
+          "rdmx_ud offers put/get zcopy (flags 0x%lx)", (unsigned long)attr.cap.flags);
+    uct_iface_close(ud);
+  }
+
+  register_region(md, &ra); /* before the interfaces */
+  CHECK(region_mrs() == 1, "%d MRs for one registration without interfaces", region_mrs());
+  open_side(&a, md, worker, dev_name, &fence);
+  open_side(&b, md, worker, dev_name, &fence);
+  register_region(md, &rb); /* after */
+  CHECK(region_mrs() == 6, "%d MRs for two registrations with two rdmx_rc interfaces (want 6)",
+        region_mrs());
+  printf("%s: two registrations, each in the MD's PD and both workers': 6 MRs\n", dev_name);
+  unpack_key(rdmx, md, md_attr.rkey_packed_size, &ra);
+  unpack_key(rdmx, md, md_attr.rkey_packed_size, &rb);
+  connect_to(&a, &b);
+  connect_to(&b, &a);
+  for (size_t i = 0; i < kRegion; ++i) {
+    ra.mem[i] = pattern(1, i);
+    rb.mem[i] = pattern(2, i);
+  }
+
+  /* a puts its lower half, piece by piece, at the start of b's; a gets b's upper half. */
+  size_t offset = 0;
+  for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); ++k) {
+    const size_t n = sizes[k];
+    uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
+    rma(worker, a.ep, 0, ra.mem + offset, n, ra.memh, (uintptr_t)rb.mem + offset, rb.key.rkey,
+        &comp);
+    wait_comp(worker, &comp, "put");
+    check_bytes(rb.mem + offset, n, 1, offset, "put");
+    comp.count = 1;
+    rma(worker, a.ep, 1, ra.mem + half + offset, n, ra.memh, (uintptr_t)rb.mem + half + offset,
+        rb.key.rkey, &comp);
+    wait_comp(worker, &comp, "get");
+    check_bytes(ra.mem + half + offset, n, 2, half + offset, "get");
+    offset += n;
+  }
+  CHECK(rb.mem[offset] == pattern(2, offset), "a put wrote past its end");
+  printf("put_zcopy and get_zcopy of 1 B to 4 MiB: every byte in place\n");
+
+  /* b's endpoint the other way: b puts into a's region. */
+  {
+    uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
+    rma(worker, b.ep, 0, rb.mem + half, 65536, rb.memh, (uintptr_t)ra.mem, ra.key.rkey, &comp);
+    wait_comp(worker, &comp, "put b->a");
+    check_bytes(ra.mem, 65536, 2, half, "put b->a");
+  }
+
+  /* Fence: the AM after it finds the put before it in place. */
+  memset(ra.mem, 0xc3, kFence);
+  fence.target = rb.mem;
+  fence.want = 0xc3;
+  {
+    uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
+    ucs_status_t status;
+    const double deadline = now_s() + kSeconds;
+    rma(worker, a.ep, 0, ra.mem, kFence, ra.memh, (uintptr_t)rb.mem, rb.key.rkey, &comp);
+    CHECK_OK(uct_ep_fence(a.ep, 0), "uct_ep_fence");
+    while ((status = uct_ep_am_short(a.ep, kAmId, 0, NULL, 0)) == UCS_ERR_NO_RESOURCE) {
+      CHECK(now_s() < deadline, "am_short after the fence: no resource for %d s", kSeconds);
+      uct_worker_progress(worker);
+    }
+    CHECK_OK(status, "am_short after the fence");
+    while (!fence.arrived) {
+      CHECK(now_s() < deadline, "the AM after the fence did not arrive in %d s", kSeconds);
+      uct_worker_progress(worker);
+    }
+    CHECK(fence.in_place, "the AM after the fence overtook the put before it");
+    wait_comp(worker, &comp, "fenced put");
+  }
+  printf("fence: the AM after it found the 1-MiB put before it in place\n");
+
+  /* Fence the other way round: an AM (the fence posts a marker after it), then a get. */
+  fence.set_at = rb.mem + half;
+  {
+    const uint64_t value = 0x0123456789abcdefull;
+    uint64_t got;
+    uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
+    const double deadline = now_s() + kSeconds;
+    ucs_status_t status;
+    while ((status = uct_ep_am_short(a.ep, kSetId, value, NULL, 0)) == UCS_ERR_NO_RESOURCE) {
+      CHECK(now_s() < deadline, "am_short before the fence: no resource for %d s", kSeconds);
+      uct_worker_progress(worker);
+    }
+    CHECK_OK(status, "am_short before the fence");
+    CHECK_OK(uct_ep_fence(a.ep, 0), "uct_ep_fence");
+    rma(worker, a.ep, 1, ra.mem + half, sizeof(got), ra.memh, (uintptr_t)(rb.mem + half),
+        rb.key.rkey, &comp);
+    wait_comp(worker, &comp, "fenced get");
+    memcpy(&got, ra.mem + half, sizeof(got));
+    CHECK(got == value, "the get after the fence read 0x%016llx, not the AM's 0x%016llx",
+          (unsigned long long)got, (unsigned long long)value);
+  }
+  printf("fence: the get after it read what the AM before it wrote\n");
+
+  /* Flush: a put without completion is done once the endpoint is flushed. */
+  memset(ra.mem, 0x3c, 65536);
+  rma(worker, a.ep, 0, ra.mem, 65536, ra.memh, (uintptr_t)rb.mem, rb.key.rkey, NULL);
+  CHECK_OK(flush_ep(worker, a.ep, kSeconds), "uct_ep_flush");
+  CHECK(rb.mem[0] == 0x3c && rb.mem[65535] == 0x3c, "a flushed put is not in place");
+  printf("flush: a put without completion was in place after it\n");
+
+  close_side(&a);
+  close_side(&b);
+  CHECK(region_mrs() == 2, "%d MRs after the interfaces closed (want 2: the MD's)", region_mrs());
+  uct_rkey_release(rdmx, &ra.key);
+  uct_rkey_release(rdmx, &rb.key);
+  CHECK_OK(uct_md_mem_dereg(md, ra.memh), "mem_dereg");
+  CHECK_OK(uct_md_mem_dereg(md, rb.memh), "mem_dereg");
+  CHECK(region_mrs() == 0, "%d MRs after deregistering", region_mrs());
+  uct_worker_destroy(worker);
+  ucs_async_context_destroy(async);
+  uct_md_close(md);
+  free(ra.mem);
+  free(rb.mem);
+  free(mds);
+  uct_release_component_list(components);
+  printf("PASS: rdmx_rc put/get zcopy, fence and flush; registrations follow the interfaces\n");
+  return 0;
+}
