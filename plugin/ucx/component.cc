@@ -361,6 +361,21 @@ int rdmx_ucx_rkey_for(uct_rkey_t rkey, uint64_t uid, uint32_t* out) {
   return 1;
 }
 
+void* rdmx_ucx_pd_reg(struct ibv_pd* pd, void* addr, size_t length, uint32_t* lkey) try {
+  auto mr = std::make_unique<rdmx::verbs::MemoryRegion>(
+      rdmx::verbs::MemoryRegion::create(pd, addr, length, IBV_ACCESS_LOCAL_WRITE));
+  *lkey = mr->lkey();
+  return mr.release();
+} catch (const rdmx::verbs::Error& e) {
+  std::fprintf(stderr, "rdmx_rc: registering the put/get bounce buffers: %s\n", e.what());
+  return nullptr;
+} catch (const std::bad_alloc&) {
+  return nullptr;
+}
+void rdmx_ucx_pd_dereg(void* mr) {
+  delete static_cast<rdmx::verbs::MemoryRegion*>(mr);
+}
+
 double rdmx_ucx_md_port_bandwidth(uct_md_h md, int port) try {
   const ibv_port_attr attr = rdmx::ucx::domain_of(md).query_port(port);
   return rdmx::ucx::port_data_rate(attr.active_width, attr.active_speed);

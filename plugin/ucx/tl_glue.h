@@ -55,6 +55,11 @@ void rdmx_ucx_md_detach(uct_md_h md, int slot);
 int rdmx_ucx_memh_lkey(uct_mem_h memh, int slot, uint32_t* lkey);
 /* The rkey of an unpacked key in the peer worker `uid`: 1, or 0 when the key has none for it. */
 int rdmx_ucx_rkey_for(uct_rkey_t rkey, uint64_t uid, uint32_t* out);
+/* The interface's own buffers for put/get short and bcopy, registered in its worker's PD: the
+ * MR (to pass to rdmx_ucx_pd_dereg before the worker goes) and its lkey, or NULL when
+ * registering failed (said on stderr). */
+void* rdmx_ucx_pd_reg(struct ibv_pd* pd, void* addr, size_t length, uint32_t* lkey);
+void rdmx_ucx_pd_dereg(void* mr);
 
 /* Adds rdmx_rc and rdmx_ud to the component's transports (tl_iface.c): before
  * uct_component_register, so that UCX finds them when it lists the component's. */

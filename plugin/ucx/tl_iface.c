@@ -38,19 +38,23 @@
  *   put / get      rdmx_rc: put_zcopy and get_zcopy are rdmx_put and rdmx_get (an RDMA write
  *                  or read on the peer's RC connection), so UCP's rendezvous moves data zero-copy.
  *                  The interface attaches its worker's PD to the MD (domain.h): a memh's lkey in
- *                  that PD, and the rkey of the peer's worker from the unpacked key. Each is an
+ *                  that PD, and the rkey of the peer's worker from the unpacked key. put_short,
+ *                  put_bcopy and get_bcopy (UCP's put/get API for small sizes) go through the
+ *                  interface's bounce buffers, registered in the worker's PD. Each is an
  *                  operation descriptor whose rdmx callback (inside rdmx's progress) only
- *                  queues it; progress then runs the UCT completion. A connection still being
- *                  set up or a full send queue is UCS_ERR_NO_RESOURCE, and the endpoint takes
- *                  pending requests until the next progress. They count in the endpoint's
- *                  in-flight sends, which a flush waits for.
+ *                  queues it; progress then runs the UCT completion (a get_bcopy's unpack
+ *                  first). A connection still being set up or a full send queue is
+ *                  UCS_ERR_NO_RESOURCE, and the endpoint takes pending requests until the next
+ *                  progress. They count in the endpoint's in-flight sends, which a flush waits
+ *                  for.
  *   fence          a flush without completion: later sends, puts and gets on the endpoint wait
  *                  (UCS_ERR_NO_RESOURCE, pending) until everything before the fence is done at
  *                  the peer (an AM and a put go on different QPs, so nothing orders them else).
  *
  * Handlers run from uct_iface_progress, never from inside rdmx (rdmx callbacks must not call
- * rdmx; a handler sends). No am_zcopy, and no put/get short or bcopy (UCP then carries its own
- * put/get API in AMs; its rendezvous uses the zero-copy ones).
+ * rdmx; a handler sends). No am_zcopy: rdmx copies an eager message into its own registered
+ * buffers whatever the caller's memory is, so it would be am_bcopy by another name, and UCP's
+ * rendezvous takes larger ones zero-copy by get_zcopy. No get_short (rc_verbs has none either).
  */
 /* UCX's internal headers read their build configuration (ENABLE_DEBUG_DATA ...). */
 #include "config.h"
@@ -76,6 +80,12 @@
 #define RDMX_TAG_AM_MASK 0xffull
 /* Descriptors start on cache lines: rdmx copies into and out of their data. */
 #define RDMX_DESC_ALIGN 64
+/* Put/get short and bcopy go through bounce buffers registered in the worker's PD: this many
+ * of this size. UCP takes bcopy only below its zcopy threshold (a few KiB), so UCX rc_verbs's
+ * default SEG_SIZE; put_short up to RDMX_RMA_SHORT, as rc_verbs's inline puts on adapters. */
+#define RDMX_RMA_BOUNCE_SIZE 8192
+#define RDMX_RMA_BOUNCES 64
+#define RDMX_RMA_SHORT 256
 
 typedef struct uct_rdmx_iface_config {
   uct_iface_config_t super;
@@ -110,7 +120,11 @@ typedef struct uct_rdmx_rma_op {
   struct uct_rdmx_iface* iface;
   struct uct_rdmx_ep* ep; /* NULL once the endpoint is gone */
   uct_completion_t* comp;
-  ucs_status_t status; /* once done */
+  ucs_status_t status;             /* once done */
+  void* bounce;                    /* short and bcopy: the bounce buffer it holds; else NULL */
+  uct_unpack_callback_t unpack_cb; /* get_bcopy: hands the data over; NULL once the ep is gone */
+  void* unpack_arg;
+  size_t length;
 } uct_rdmx_rma_op_t;
 
 typedef struct uct_rdmx_flush_waiter {
@@ -135,6 +149,7 @@ typedef struct uct_rdmx_iface {
   unsigned rx_head; /* the receive posted first among those not handed over */
   ucs_list_link_t eps;
   unsigned pending_count;          /* pending requests on all endpoints */
+  uint64_t progress_epoch;         /* progress calls, from 1 */
   unsigned flushing_eps;           /* endpoints with markers or waiters */
   ucs_queue_head_t orphan_markers; /* of destroyed endpoints, until rdmx is done with them */
   uint8_t device_addr[32];
@@ -151,6 +166,11 @@ typedef struct uct_rdmx_iface {
   unsigned rma_count;
   ucs_queue_head_t rma_free;
   ucs_queue_head_t rma_done;
+  char* bounce_mem; /* RDMX_RMA_BOUNCES buffers; NULL: no put/get short or bcopy */
+  void* bounce_mr;  /* its registration in the worker's PD */
+  uint32_t bounce_lkey;
+  void* bounce_free[RDMX_RMA_BOUNCES]; /* a stack: the warm ones first */
+  unsigned bounce_top;
 } uct_rdmx_iface_t;
 
 typedef struct uct_rdmx_ep {
@@ -161,13 +181,15 @@ typedef struct uct_rdmx_ep {
   ucs_status_t flush_status; /* what its flushes end with: a failed marker's status sticks */
   ucs_list_link_t list;
   ucs_queue_head_t pending;
-  int unflushed;        /* a message went since the last marker */
-  unsigned inflight;    /* its sends rdmx still holds (rendezvous, queued), puts and gets */
-  int fenced;           /* a fence waits for marker fence_seq and no inflight */
-  int fence_rma;        /* the fence has puts or gets before it: AMs after it wait too */
-  int rma_posted;       /* a put or get went since the last fence */
-  uint64_t fence_seq;   /* marker_seq + 1 while rdmx refused the fence's marker */
-  int blocked;          /* rdmx refused an operation for want of a resource: pending ones wait */
+  int unflushed;      /* a message went since the last marker */
+  unsigned inflight;  /* its sends rdmx still holds (rendezvous, queued), puts and gets */
+  int fenced;         /* a fence waits for marker fence_seq and no inflight */
+  int fence_rma;      /* the fence has puts or gets before it: AMs after it wait too */
+  int rma_posted;     /* a put or get went since the last fence */
+  uint64_t fence_seq; /* marker_seq + 1 while rdmx refused the fence's marker */
+  /* rdmx refused an operation for want of a resource in this progress epoch: pending requests
+   * wait for the next progress (which may bring the connection up or empty the queue). */
+  uint64_t blocked_epoch;
   uint64_t marker_seq;  /* markers posted */
   uint64_t marker_done; /* markers matched by the peer (in order) */
   ucs_queue_head_t markers;
@@ -322,7 +344,7 @@ static ucs_status_t uct_rdmx_tx_post(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
   if (rc != RDMX_OK) {
     uct_rdmx_tx_put(iface, desc);
     if (rc == RDMX_ERR_NO_RESOURCE) {
-      ep->blocked = 1; /* connection not up yet, or its send queue full: pending requests wait */
+      ep->blocked_epoch = iface->progress_epoch; /* connection not up yet, or queue full */
     }
     return uct_rdmx_status(rc);
   }
@@ -421,8 +443,15 @@ static unsigned uct_rdmx_rma_progress(uct_rdmx_iface_t* iface) {
     }
     if (status != UCS_OK) {
       ucs_debug("rdmx: a put or get failed: %s", ucs_status_string(status));
+    } else if (op->unpack_cb != NULL) {
+      op->unpack_cb(op->unpack_arg, op->bounce, op->length);
+    }
+    if (op->bounce != NULL) {
+      iface->bounce_free[iface->bounce_top++] = op->bounce;
     }
     op->ep = NULL;
+    op->bounce = NULL;
+    op->unpack_cb = NULL;
     ucs_queue_push_head(&iface->rma_free, &op->elem);
     if (comp != NULL) {
       uct_invoke_completion(comp, status);
@@ -430,6 +459,72 @@ static unsigned uct_rdmx_rma_progress(uct_rdmx_iface_t* iface) {
     ++count;
   }
   return count;
+}
+
+/* Takes an operation descriptor for a put or get of `length` bytes (max `max`) at the peer's
+ * `rkey`, and a bounce buffer when `bounce`: UCS_OK with *op_p and the peer worker's rkey, or why
+ * not (UCS_ERR_NO_RESOURCE: the endpoint takes pending requests). */
+static ucs_status_t uct_rdmx_rma_begin(uct_rdmx_ep_t* ep, uct_rdmx_iface_t* iface, const char* name,
+                                       size_t length, size_t max, uct_rkey_t rkey, int bounce,
+                                       uct_rdmx_rma_op_t** op_p, uint32_t* peer_rkey) {
+  uct_rdmx_rma_op_t* op;
+
+  if (iface->rma_ops == NULL || (bounce && iface->bounce_mem == NULL)) {
+    return UCS_ERR_UNSUPPORTED; /* not offered (iface_query): rdmx_ud, or no MD slot */
+  }
+  UCT_CHECK_LENGTH(length, 0, max, name);
+  if (ep->status != UCS_OK) {
+    return ep->status;
+  }
+  if (!rdmx_ucx_rkey_for(rkey, ep->peer_uid, peer_rkey)) {
+    ucs_error("rdmx: %s: the remote key has no entry for the peer's worker (uid 0x%" PRIx64
+              "): it was packed by a process whose MD has more than %d rdmx_rc interfaces",
+              name, ep->peer_uid, RDMX_UCX_MAX_RMA_IFACES);
+    return UCS_ERR_INVALID_PARAM;
+  }
+  if (uct_rdmx_ep_fence_blocked(ep, 1) || ucs_queue_is_empty(&iface->rma_free) ||
+      (bounce && iface->bounce_top == 0)) {
+    return UCS_ERR_NO_RESOURCE;
+  }
+  op = ucs_queue_pull_elem_non_empty(&iface->rma_free, uct_rdmx_rma_op_t, elem);
+  op->bounce = bounce ? iface->bounce_free[--iface->bounce_top] : NULL;
+  op->unpack_cb = NULL;
+  *op_p = op;
+  return UCS_OK;
+}
+
+/* Gives an operation taken by uct_rdmx_rma_begin back unused. */
+static void uct_rdmx_rma_drop(uct_rdmx_iface_t* iface, uct_rdmx_rma_op_t* op) {
+  if (op->bounce != NULL) {
+    iface->bounce_free[iface->bounce_top++] = op->bounce;
+    op->bounce = NULL;
+  }
+  ucs_queue_push_head(&iface->rma_free, &op->elem);
+}
+
+/* Posts the operation: an RDMA read into, or write from, [buffer, +length) (lkey in the worker's
+ * PD) at the peer's remote_addr. UCS_INPROGRESS, or why not (the operation dropped). */
+static ucs_status_t uct_rdmx_rma_post(uct_rdmx_ep_t* ep, uct_rdmx_rma_op_t* op, int get,
+                                      void* buffer, size_t length, uint32_t lkey,
+                                      uint64_t remote_addr, uint32_t peer_rkey,
+                                      uct_completion_t* comp) {
+  const int rc = get ? rdmx_get(ep->ep, buffer, length, lkey, remote_addr, peer_rkey, &op->req,
+                                uct_rdmx_rma_done, op)
+                     : rdmx_put(ep->ep, buffer, length, lkey, remote_addr, peer_rkey, &op->req,
+                                uct_rdmx_rma_done, op);
+  if (rc != RDMX_OK) {
+    uct_rdmx_rma_drop(op->iface, op);
+    if (rc == RDMX_ERR_NO_RESOURCE) {
+      ep->blocked_epoch = op->iface->progress_epoch; /* connection not up yet, or queue full */
+    }
+    return uct_rdmx_status(rc);
+  }
+  op->ep = ep;
+  op->comp = comp;
+  op->length = length;
+  ++ep->inflight;
+  ep->rma_posted = 1;
+  return UCS_INPROGRESS;
 }
 
 static ucs_status_t uct_rdmx_ep_rma_zcopy(uct_ep_h tl_ep, int get, const uct_iov_t* iov,
@@ -440,17 +535,10 @@ static ucs_status_t uct_rdmx_ep_rma_zcopy(uct_ep_h tl_ep, int get, const uct_iov
   const char* name = get ? "get_zcopy" : "put_zcopy";
   const size_t length = uct_iov_total_length(iov, iovcnt);
   uct_rdmx_rma_op_t* op;
-  uint32_t lkey, peer_rkey;
-  int rc;
+  uint32_t lkey = 0, peer_rkey;
+  ucs_status_t status;
 
-  if (iface->rma_ops == NULL) {
-    return UCS_ERR_UNSUPPORTED; /* not offered (iface_query): rdmx_ud, or no MD slot */
-  }
   UCT_CHECK_IOV_SIZE(iovcnt, 1, name);
-  UCT_CHECK_LENGTH(length, 0, iface->max_rma, name);
-  if (ep->status != UCS_OK) {
-    return ep->status;
-  }
   if (length == 0) {
     return UCS_OK; /* nothing moves */
   }
@@ -458,41 +546,24 @@ static ucs_status_t uct_rdmx_ep_rma_zcopy(uct_ep_h tl_ep, int get, const uct_iov
     ucs_error("rdmx: %s: a strided iov (count %u) is not supported", name, iov[0].count);
     return UCS_ERR_UNSUPPORTED;
   }
-  if (!rdmx_ucx_memh_lkey(iov[0].memh, iface->md_slot, &lkey)) {
+  if (iface->rma_ops != NULL && !rdmx_ucx_memh_lkey(iov[0].memh, iface->md_slot, &lkey)) {
     ucs_error("rdmx: %s: the local buffer's memh is not a registration of this MD", name);
     return UCS_ERR_INVALID_PARAM;
   }
-  if (!rdmx_ucx_rkey_for(rkey, ep->peer_uid, &peer_rkey)) {
-    ucs_error("rdmx: %s: the remote key has no entry for the peer's worker (uid 0x%" PRIx64
-              "): it was packed by a process whose MD has more than %d rdmx_rc interfaces",
-              name, ep->peer_uid, RDMX_UCX_MAX_RMA_IFACES);
-    return UCS_ERR_INVALID_PARAM;
+  status = uct_rdmx_rma_begin(ep, iface, name, length, iface->max_rma, rkey, 0, &op, &peer_rkey);
+  if (status != UCS_OK) {
+    return status;
   }
-  if (uct_rdmx_ep_fence_blocked(ep, 1) || ucs_queue_is_empty(&iface->rma_free)) {
-    return UCS_ERR_NO_RESOURCE;
-  }
-  op = ucs_queue_pull_elem_non_empty(&iface->rma_free, uct_rdmx_rma_op_t, elem);
-  rc = get ? rdmx_get(ep->ep, iov[0].buffer, length, lkey, remote_addr, peer_rkey, &op->req,
-                      uct_rdmx_rma_done, op)
-           : rdmx_put(ep->ep, iov[0].buffer, length, lkey, remote_addr, peer_rkey, &op->req,
-                      uct_rdmx_rma_done, op);
-  if (rc != RDMX_OK) {
-    ucs_queue_push_head(&iface->rma_free, &op->elem);
-    if (rc == RDMX_ERR_NO_RESOURCE) {
-      ep->blocked = 1; /* connection not up yet, or its send queue full */
+  status =
+      uct_rdmx_rma_post(ep, op, get, iov[0].buffer, length, lkey, remote_addr, peer_rkey, comp);
+  if (status == UCS_INPROGRESS) {
+    if (get) {
+      UCT_TL_EP_STAT_OP(&ep->super, GET, ZCOPY, length);
+    } else {
+      UCT_TL_EP_STAT_OP(&ep->super, PUT, ZCOPY, length);
     }
-    return uct_rdmx_status(rc);
   }
-  op->ep = ep;
-  op->comp = comp;
-  ++ep->inflight;
-  ep->rma_posted = 1;
-  if (get) {
-    UCT_TL_EP_STAT_OP(&ep->super, GET, ZCOPY, length);
-  } else {
-    UCT_TL_EP_STAT_OP(&ep->super, PUT, ZCOPY, length);
-  }
-  return UCS_INPROGRESS;
+  return status;
 }
 
 static ucs_status_t uct_rdmx_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t* iov, size_t iovcnt,
@@ -505,6 +576,84 @@ static ucs_status_t uct_rdmx_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t* iov, 
                                           uint64_t remote_addr, uct_rkey_t rkey,
                                           uct_completion_t* comp) {
   return uct_rdmx_ep_rma_zcopy(tl_ep, 1, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+/* put_short and put_bcopy: the data copied into a bounce buffer, which the write reads after
+ * the call returns (the caller's buffer is free at once, as UCT promises); flush waits for it. */
+static ucs_status_t uct_rdmx_ep_put_short(uct_ep_h tl_ep, const void* buffer, unsigned length,
+                                          uint64_t remote_addr, uct_rkey_t rkey) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  uct_rdmx_rma_op_t* op;
+  uint32_t peer_rkey;
+  ucs_status_t status;
+
+  status =
+      uct_rdmx_rma_begin(ep, iface, "put_short", length, RDMX_RMA_SHORT, rkey, 1, &op, &peer_rkey);
+  if (status != UCS_OK) {
+    return status;
+  }
+  memcpy(op->bounce, buffer, length);
+  status = uct_rdmx_rma_post(ep, op, 0, op->bounce, length, iface->bounce_lkey, remote_addr,
+                             peer_rkey, NULL);
+  if (status != UCS_INPROGRESS) {
+    return status;
+  }
+  UCT_TL_EP_STAT_OP(&ep->super, PUT, SHORT, length);
+  return UCS_OK;
+}
+
+static ssize_t uct_rdmx_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb, void* arg,
+                                     uint64_t remote_addr, uct_rkey_t rkey) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  uct_rdmx_rma_op_t* op;
+  uint32_t peer_rkey;
+  ucs_status_t status;
+  size_t length;
+
+  status =
+      uct_rdmx_rma_begin(ep, iface, "put_bcopy", 0, RDMX_RMA_BOUNCE_SIZE, rkey, 1, &op, &peer_rkey);
+  if (status != UCS_OK) {
+    return status;
+  }
+  length = pack_cb(op->bounce, arg);
+  /* As am_bcopy: packing past max_bcopy is the caller's bug, and has overrun the buffer. */
+  ucs_assertv_always(length <= RDMX_RMA_BOUNCE_SIZE,
+                     "rdmx: put_bcopy packed %zu bytes, max_bcopy %d", length,
+                     RDMX_RMA_BOUNCE_SIZE);
+  status = uct_rdmx_rma_post(ep, op, 0, op->bounce, length, iface->bounce_lkey, remote_addr,
+                             peer_rkey, NULL);
+  if (status != UCS_INPROGRESS) {
+    return status;
+  }
+  UCT_TL_EP_STAT_OP(&ep->super, PUT, BCOPY, length);
+  return (ssize_t)length;
+}
+
+/* get_bcopy: read into a bounce buffer; progress hands the data to unpack_cb, then completes. */
+static ucs_status_t uct_rdmx_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack_cb,
+                                          void* arg, size_t length, uint64_t remote_addr,
+                                          uct_rkey_t rkey, uct_completion_t* comp) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  uct_rdmx_rma_op_t* op;
+  uint32_t peer_rkey;
+  ucs_status_t status;
+
+  status = uct_rdmx_rma_begin(ep, iface, "get_bcopy", length, RDMX_RMA_BOUNCE_SIZE, rkey, 1, &op,
+                              &peer_rkey);
+  if (status != UCS_OK) {
+    return status;
+  }
+  status = uct_rdmx_rma_post(ep, op, 1, op->bounce, length, iface->bounce_lkey, remote_addr,
+                             peer_rkey, comp);
+  if (status == UCS_INPROGRESS) {
+    op->unpack_cb = unpack_cb;
+    op->unpack_arg = arg;
+    UCT_TL_EP_STAT_OP(&ep->super, GET, BCOPY, length);
+  }
+  return status;
 }
 
 /* ---- fence ------------------------------------------------------------------------------- */
@@ -558,11 +707,16 @@ static ucs_status_t uct_rdmx_iface_fence(uct_iface_h tl_iface, unsigned flags) {
 
 /* ---- pending ----------------------------------------------------------------------------- */
 
+static int uct_rdmx_ep_blocked(const uct_rdmx_iface_t* iface, const uct_rdmx_ep_t* ep) {
+  return ep->blocked_epoch == iface->progress_epoch;
+}
+
 /* Whether the interface has what every operation needs: a send descriptor, and an operation
- * descriptor where puts and gets are offered. */
+ * descriptor and a bounce buffer where puts and gets are offered. */
 static int uct_rdmx_iface_has_resources(const uct_rdmx_iface_t* iface) {
   return !ucs_queue_is_empty(&iface->tx_free) &&
-         (iface->rma_ops == NULL || !ucs_queue_is_empty(&iface->rma_free));
+         (iface->rma_ops == NULL || !ucs_queue_is_empty(&iface->rma_free)) &&
+         (iface->bounce_mem == NULL || iface->bounce_top > 0);
 }
 
 static ucs_status_t uct_rdmx_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t* req,
@@ -573,7 +727,8 @@ static ucs_status_t uct_rdmx_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t* r
   (void)flags;
   /* Resources free and nothing holding the endpoint back: the caller may send now, and must
    * (nothing would wake the request). */
-  if (!ep->blocked && !uct_rdmx_ep_fence_blocked(ep, 1) && uct_rdmx_iface_has_resources(iface)) {
+  if (!uct_rdmx_ep_blocked(iface, ep) && !uct_rdmx_ep_fence_blocked(ep, 1) &&
+      uct_rdmx_iface_has_resources(iface)) {
     return UCS_ERR_BUSY;
   }
   uct_pending_req_queue_push(&ep->pending, req);
@@ -595,10 +750,10 @@ static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
 
   ucs_list_for_each(ep, &iface->eps, list) {
     const size_t before = ucs_queue_length(&ep->pending);
-    ep->blocked = 0; /* progress ran: the connection may be up, the queue emptier */
-    uct_pending_queue_dispatch(
-        priv, &ep->pending,
-        uct_rdmx_iface_has_resources(iface) && !ep->blocked && !uct_rdmx_ep_fence_blocked(ep, 1));
+    uct_pending_queue_dispatch(priv, &ep->pending,
+                               uct_rdmx_iface_has_resources(iface) &&
+                                   !uct_rdmx_ep_blocked(iface, ep) &&
+                                   !uct_rdmx_ep_fence_blocked(ep, 1));
     iface->pending_count -= (unsigned)(before - ucs_queue_length(&ep->pending));
     if (iface->pending_count == 0 || !uct_rdmx_iface_has_resources(iface)) {
       break;
@@ -686,7 +841,7 @@ static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_comple
     if (rc != RDMX_OK) {
       ucs_free(m);
       if (rc == RDMX_ERR_NO_RESOURCE) {
-        ep->blocked = 1; /* as a send: the flush waits in the pending queue */
+        ep->blocked_epoch = iface->progress_epoch; /* as a send: the flush waits, pending */
       }
       return uct_rdmx_status(rc);
     }
@@ -810,12 +965,14 @@ static void uct_rdmx_handle_dead_peers(uct_rdmx_iface_t* iface) {
 static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
   unsigned count = 0;
-  int events = rdmx_worker_progress(iface->worker);
   ucs_queue_iter_t iter;
   uct_rdmx_tx_desc_t* desc;
   uct_rdmx_marker_t* m;
   uct_rdmx_ep_t* ep;
+  int events;
 
+  ++iface->progress_epoch; /* no endpoint is blocked any more */
+  events = rdmx_worker_progress(iface->worker);
   if (events > 0) {
     count += (unsigned)events;
   }
@@ -929,7 +1086,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
   self->fence_rma = 0;
   self->rma_posted = 0;
   self->fence_seq = 0;
-  self->blocked = 0;
+  self->blocked_epoch = 0;
   self->marker_seq = 0;
   self->marker_done = 0;
   ucs_list_add_tail(&iface->eps, &self->list);
@@ -956,6 +1113,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_ep_t) {
     if (iface->rma_ops[i].ep == self) {
       iface->rma_ops[i].ep = NULL;
       iface->rma_ops[i].comp = NULL; /* UCT's contract: no completion after ep_destroy */
+      iface->rma_ops[i].unpack_cb = NULL;
     }
   }
   while (!ucs_queue_is_empty(&self->markers)) {
@@ -1015,6 +1173,13 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
     attr->cap.get.align_mtu = 1;
     attr->cap.get.max_iov = 1;
   }
+  if (iface->bounce_mem != NULL) {
+    attr->cap.flags |=
+        UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_GET_BCOPY;
+    attr->cap.put.max_short = RDMX_RMA_SHORT;
+    attr->cap.put.max_bcopy = RDMX_RMA_BOUNCE_SIZE;
+    attr->cap.get.max_bcopy = RDMX_RMA_BOUNCE_SIZE;
+  }
   /* UCX's model of the same device and transport (uct_ib_iface_query: 700 ns on a recent
    * adapter, UD 200 ns more for its software reliability) plus rdmx's API and matching on each
    * side; the bandwidth is the port's data rate. */
@@ -1069,6 +1234,9 @@ static void uct_rdmx_rma_init(uct_rdmx_iface_t* iface, uct_md_h md, int port, si
   iface->max_rma = 0;
   iface->rma_ops = NULL;
   iface->rma_count = 0;
+  iface->bounce_mem = NULL;
+  iface->bounce_mr = NULL;
+  iface->bounce_top = 0;
   ucs_queue_head_init(&iface->rma_free);
   ucs_queue_head_init(&iface->rma_done);
   if (iface->transport != RDMX_TRANSPORT_RC) {
@@ -1099,6 +1267,23 @@ static void uct_rdmx_rma_init(uct_rdmx_iface_t* iface, uct_md_h md, int port, si
     iface->rma_ops[i].iface = iface;
     ucs_queue_push(&iface->rma_free, &iface->rma_ops[i].elem);
   }
+  /* Without them, put and get are zero-copy only (UCP then takes AMs for small ones). */
+  if (posix_memalign((void**)&iface->bounce_mem, RDMX_DESC_ALIGN,
+                     RDMX_RMA_BOUNCES * RDMX_RMA_BOUNCE_SIZE) != 0) {
+    iface->bounce_mem = NULL;
+    return;
+  }
+  iface->bounce_mr = rdmx_ucx_pd_reg(rdmx_worker_pd(iface->worker), iface->bounce_mem,
+                                     RDMX_RMA_BOUNCES * RDMX_RMA_BOUNCE_SIZE, &iface->bounce_lkey);
+  if (iface->bounce_mr == NULL) {
+    free(iface->bounce_mem);
+    iface->bounce_mem = NULL;
+    return;
+  }
+  for (i = 0; i < RDMX_RMA_BOUNCES; ++i) {
+    iface->bounce_free[i] = iface->bounce_mem + (RDMX_RMA_BOUNCES - 1 - i) * RDMX_RMA_BOUNCE_SIZE;
+  }
+  iface->bounce_top = RDMX_RMA_BOUNCES;
 }
 
 static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_h md,
@@ -1196,6 +1381,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
   ucs_queue_head_init(&self->orphan_markers);
   ucs_list_head_init(&self->eps);
   self->pending_count = 0;
+  self->progress_epoch = 1;
   self->dead_uids = NULL;
   self->dead_count = 0;
   self->dead_capacity = 0;
@@ -1221,6 +1407,9 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_iface_t) {
   if (self->md_slot >= 0) {
     rdmx_ucx_md_detach(self->super.md, self->md_slot);
   }
+  if (self->bounce_mr != NULL) {
+    rdmx_ucx_pd_dereg(self->bounce_mr);
+  }
   /* Fails every active request (the receives, sends in flight, markers, puts and gets): then
    * their storage, ours, may go. */
   rdmx_worker_destroy(self->worker);
@@ -1230,6 +1419,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_iface_t) {
   ucs_free(self->tx_mem);
   ucs_free(self->rx_mem);
   ucs_free(self->rma_ops);
+  free(self->bounce_mem);
   ucs_free(self->dead_uids);
 }
 
@@ -1279,7 +1469,10 @@ static uct_iface_ops_t uct_rdmx_iface_ops = {
     .ep_am_bcopy = uct_rdmx_ep_am_bcopy,
     .ep_pending_add = uct_rdmx_ep_pending_add,
     .ep_pending_purge = uct_rdmx_ep_pending_purge,
+    .ep_put_short = uct_rdmx_ep_put_short,
+    .ep_put_bcopy = uct_rdmx_ep_put_bcopy,
     .ep_put_zcopy = uct_rdmx_ep_put_zcopy,
+    .ep_get_bcopy = uct_rdmx_ep_get_bcopy,
     .ep_get_zcopy = uct_rdmx_ep_get_zcopy,
     .ep_flush = uct_rdmx_ep_flush,
     .ep_fence = uct_rdmx_ep_fence,

@@ -1,4 +1,4 @@
-/* Guest test of rdmx_rc's put_zcopy and get_zcopy through UCX's PUBLIC UCT API only
+/* Guest test of rdmx_rc's puts and gets through UCX's PUBLIC UCT API only
  * (libuct_rdmx.so preloaded), in one process: an MD, a UCT worker and two rdmx_rc interfaces on
  * one device, an endpoint each way.
  *   - rdmx_rc offers PUT_ZCOPY and GET_ZCOPY; rdmx_ud neither.
@@ -6,6 +6,12 @@
  *     registration of it in its own PD (the kernel lists one MR per registration and PD), and a
  *     key packed afterwards reaches it.
  *   - put_zcopy and get_zcopy from 1 byte to 4 MiB, every byte checked.
+ *   - put_short, put_bcopy and get_bcopy (bounce buffers) from 1 byte to their largest, every
+ *     byte checked, and their capability flags (rdmx_ud has none).
+ *   - put_short without progress until the interface runs out of bounce buffers: the refused
+ *     request must be taken by pending_add (an answer of BUSY would have UCP retry at once, with
+ *     no progress to give a buffer back: seen so before pending_add counted bounce buffers),
+ *     and run, with its put, at a later progress.
  *   - fence: a 1-MiB put, uct_ep_fence, then an AM: its handler must find the put's data
  *     there (the AM goes on another QP and could overtake it; seen passing without the fence
  *     too, the put being done before the peer's progress runs the handler).
@@ -101,6 +107,15 @@ static void open_side(side_t* s, uct_md_h md, uct_worker_h worker, const char* d
         "rdmx_rc lacks PUT_ZCOPY or GET_ZCOPY (flags 0x%lx)", (unsigned long)s->attr.cap.flags);
   CHECK(s->attr.cap.put.max_zcopy >= kLargest && s->attr.cap.get.max_zcopy >= kLargest,
         "max_zcopy put %zu get %zu", s->attr.cap.put.max_zcopy, s->attr.cap.get.max_zcopy);
+  CHECK((s->attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT) &&
+            (s->attr.cap.flags & UCT_IFACE_FLAG_PUT_BCOPY) &&
+            (s->attr.cap.flags & UCT_IFACE_FLAG_GET_BCOPY),
+        "rdmx_rc lacks PUT_SHORT, PUT_BCOPY or GET_BCOPY (flags 0x%lx)",
+        (unsigned long)s->attr.cap.flags);
+  CHECK(s->attr.cap.put.max_short >= 8 && s->attr.cap.put.max_bcopy >= 4096 &&
+            s->attr.cap.get.max_bcopy == s->attr.cap.put.max_bcopy,
+        "max_short %zu, max_bcopy put %zu get %zu", s->attr.cap.put.max_short,
+        s->attr.cap.put.max_bcopy, s->attr.cap.get.max_bcopy);
   get_addresses(s->iface, &s->attr, &s->dev_addr, &s->iface_addr);
 }
 
@@ -166,6 +181,144 @@ static void check_bytes(const uint8_t* p, size_t n, unsigned seed, size_t at, co
   }
 }
 
+typedef struct {
+  const uint8_t* src;
+  size_t length;
+} pack_arg_t;
+
+static size_t pack(void* dest, void* arg) {
+  const pack_arg_t* a = arg;
+  memcpy(dest, a->src, a->length);
+  return a->length;
+}
+
+static void unpack(void* arg, const void* data, size_t length) {
+  memcpy(arg, data, length);
+}
+
+/* Retries `expr` (a UCT call) while it answers UCS_ERR_NO_RESOURCE; `result` gets its answer. */
+#define RETRY(worker, result, expr, what)                                     \
+  do {                                                                        \
+    const double deadline_ = now_s() + kSeconds;                              \
+    while (((result) = (expr)) == UCS_ERR_NO_RESOURCE) {                      \
+      CHECK(now_s() < deadline_, "%s: no resource for %d s", what, kSeconds); \
+      uct_worker_progress(worker);                                            \
+    }                                                                         \
+  } while (0)
+
+/* put_short, put_bcopy and get_bcopy of a's region at `at` (the gets at half + at) into b's,
+ * sizes 1 byte to each one's largest, every byte checked. Returns the bytes used from `at`. */
+static size_t bounce_ops(uct_worker_h worker, const side_t* a, region_t* ra, region_t* rb,
+                         size_t at, size_t half) {
+  const size_t max_short = a->attr.cap.put.max_short;
+  const size_t max_bcopy = a->attr.cap.put.max_bcopy;
+  const size_t short_sizes[] = {1, 8, max_short};
+  const size_t bcopy_sizes[] = {1, 100, 4095, max_bcopy};
+  size_t offset = at;
+
+  for (size_t k = 0; k < sizeof(short_sizes) / sizeof(short_sizes[0]); ++k) {
+    const size_t n = short_sizes[k];
+    ucs_status_t status;
+    RETRY(worker, status,
+          uct_ep_put_short(a->ep, ra->mem + offset, (unsigned)n, (uintptr_t)rb->mem + offset,
+                           rb->key.rkey),
+          "put_short");
+    CHECK_OK(status, "put_short");
+    CHECK_OK(flush_ep(worker, a->ep, kSeconds), "flush after put_short");
+    check_bytes(rb->mem + offset, n, 1, offset, "put_short");
+    offset += n;
+  }
+  for (size_t k = 0; k < sizeof(bcopy_sizes) / sizeof(bcopy_sizes[0]); ++k) {
+    const size_t n = bcopy_sizes[k];
+    pack_arg_t arg = {.src = ra->mem + offset, .length = n};
+    uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
+    ssize_t packed;
+    ucs_status_t status;
+    const double deadline = now_s() + kSeconds;
+    while ((packed = uct_ep_put_bcopy(a->ep, pack, &arg, (uintptr_t)rb->mem + offset,
+                                      rb->key.rkey)) == UCS_ERR_NO_RESOURCE) {
+      CHECK(now_s() < deadline, "put_bcopy: no resource for %d s", kSeconds);
+      uct_worker_progress(worker);
+    }
+    CHECK(packed == (ssize_t)n, "put_bcopy of %zu B answered %zd", n, packed);
+    CHECK_OK(flush_ep(worker, a->ep, kSeconds), "flush after put_bcopy");
+    check_bytes(rb->mem + offset, n, 1, offset, "put_bcopy");
+    RETRY(worker, status,
+          uct_ep_get_bcopy(a->ep, unpack, ra->mem + half + offset, n,
+                           (uintptr_t)rb->mem + half + offset, rb->key.rkey, &comp),
+          "get_bcopy");
+    CHECK(status == UCS_INPROGRESS, "get_bcopy of %zu B: %s", n, ucs_status_string(status));
+    wait_comp(worker, &comp, "get_bcopy");
+    check_bytes(ra->mem + half + offset, n, 2, half + offset, "get_bcopy");
+    offset += n;
+  }
+  CHECK(rb->mem[offset] == pattern(2, offset), "a put_bcopy wrote past its end");
+  CHECK(ra->mem[half + offset] == pattern(1, half + offset), "a get_bcopy wrote past its end");
+  return offset - at;
+}
+
+/* A pending request that posts one put_short of 8 bytes when it runs. */
+typedef struct {
+  uct_pending_req_t super;
+  uct_ep_h ep;
+  uint64_t value;
+  uint64_t remote_addr;
+  uct_rkey_t rkey;
+  int ran;
+} pending_put_t;
+
+static ucs_status_t run_pending_put(uct_pending_req_t* self) {
+  pending_put_t* p = (pending_put_t*)self;
+  const ucs_status_t status =
+      uct_ep_put_short(p->ep, &p->value, sizeof(p->value), p->remote_addr, p->rkey);
+  if (status == UCS_OK) {
+    p->ran = 1;
+  }
+  return status;
+}
+
+/* put_short with no progress until refused; the refused one goes to pending_add, which must
+ * take it, and it must run at a later progress. Every put's 8 bytes checked after a flush. */
+static void bounce_exhaustion(uct_worker_h worker, const side_t* a, region_t* rb, size_t at) {
+  enum { kMax = 4096 };
+  uint64_t* slots = (uint64_t*)(rb->mem + at);
+  pending_put_t p = {.ep = a->ep, .rkey = rb->key.rkey};
+  ucs_status_t status;
+  unsigned n = 0;
+  const double deadline = now_s() + kSeconds;
+
+  for (;;) {
+    const uint64_t value = 0xb0b0000000000000ull | n;
+    CHECK(n < kMax, "%u put_shorts without progress, none refused", n);
+    status = uct_ep_put_short(a->ep, &value, sizeof(value), (uintptr_t)&slots[n], rb->key.rkey);
+    if (status == UCS_ERR_NO_RESOURCE) {
+      break;
+    }
+    CHECK_OK(status, "put_short");
+    ++n;
+  }
+  p.value = 0xb0b0000000000000ull | n;
+  p.remote_addr = (uintptr_t)&slots[n];
+  p.super.func = run_pending_put;
+  status = uct_ep_pending_add(a->ep, &p.super, 0);
+  CHECK(status == UCS_OK,
+        "pending_add after put_short %u was refused for want of a resource answered %s", n,
+        ucs_status_string(status));
+  while (!p.ran) {
+    CHECK(now_s() < deadline, "the pending put_short did not run in %d s", kSeconds);
+    uct_worker_progress(worker);
+  }
+  CHECK_OK(flush_ep(worker, a->ep, kSeconds), "flush after the put_shorts");
+  for (unsigned i = 0; i <= n; ++i) {
+    CHECK(slots[i] == (0xb0b0000000000000ull | i), "put_short %u of %u: 0x%016llx", i, n + 1,
+          (unsigned long long)slots[i]);
+  }
+  printf(
+      "put_short: %u taken without progress, the next one pending and run later; all %u in "
+      "place\n",
+      n, n + 1);
+}
+
 int main(void) {
   uct_component_h* components;
   uct_md_resource_desc_t* mds;
@@ -197,8 +350,10 @@ int main(void) {
     uct_iface_attr_t attr;
     uct_iface_h ud =
         open_iface(md, worker, "rdmx_ud", dev_name, kAmId, on_am, &fence, NULL, NULL, &attr);
-    CHECK(!(attr.cap.flags & (UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY)),
-          "rdmx_ud offers put/get zcopy (flags 0x%lx)", (unsigned long)attr.cap.flags);
+    CHECK(!(attr.cap.flags &
+            (UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT |
+             UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_GET_BCOPY)),
+          "rdmx_ud offers put/get (flags 0x%lx)", (unsigned long)attr.cap.flags);
     uct_iface_close(ud);
   }
 
@@ -237,6 +392,11 @@ int main(void) {
   }
   CHECK(rb.mem[offset] == pattern(2, offset), "a put wrote past its end");
   printf("put_zcopy and get_zcopy of 1 B to 4 MiB: every byte in place\n");
+  ++offset; /* past the byte just checked */
+  offset += bounce_ops(worker, &a, &ra, &rb, offset, half);
+  printf("put_short (1 B to %zu B), put_bcopy and get_bcopy (1 B to %zu B): every byte in place\n",
+         a.attr.cap.put.max_short, a.attr.cap.put.max_bcopy);
+  bounce_exhaustion(worker, &a, &rb, offset + 64);
 
   /* b's endpoint the other way: b puts into a's region. */
   {
@@ -315,6 +475,8 @@ int main(void) {
   free(rb.mem);
   free(mds);
   uct_release_component_list(components);
-  printf("PASS: rdmx_rc put/get zcopy, fence and flush; registrations follow the interfaces\n");
+  printf(
+      "PASS: rdmx_rc put/get short, bcopy and zcopy, fence and flush; registrations follow the "
+      "interfaces\n");
   return 0;
 }

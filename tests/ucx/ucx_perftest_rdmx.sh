@@ -6,9 +6,9 @@
 # Usage: ucx_perftest_rdmx.sh LIBUCT_RDMX TL [CASE...]
 #   CASE = test:size:iterations[:layout]
 #   UCT tests (am_lat, put_bw, put_lat, get) run on TL itself (-x TL, and -D layout when given:
-#   zcopy for rdmx_rc's put_zcopy and get_zcopy); the others are UCP's (UCX_TLS=TL,self): tag
-#   matching, whose rendezvous moves data by get_zcopy over rdmx_rc, and UCP's put/get, which
-#   UCP carries in active messages (rdmx has no put/get short or bcopy).
+#   short, bcopy or zcopy for rdmx_rc's puts and gets); the others are UCP's (UCX_TLS=TL,self):
+#   tag matching, whose rendezvous moves data by get_zcopy over rdmx_rc, and UCP's put/get, by
+#   rdmx_rc's puts and gets, and in active messages over rdmx_ud (which has none).
 set -u
 lib=$1 tl=$2
 shift 2
@@ -21,6 +21,18 @@ d2=${d2:-${d1%:1}}:1
 dir=$(mktemp -d) || exit 1
 trap 'rm -rf "$dir"' EXIT
 port=$((20000 + $$ % 10000))
+# Waits (up to 20 s) until a TCP socket listens on port $1: a fixed sleep let a client connect
+# before a server slowed by other tests listened (seen: "connect() failed: Connection refused").
+wait_listen() {
+  hex=$(printf ':%04X ' "$1")
+  i=0
+  while [ $i -lt 200 ]; do
+    grep -q "${hex}[0-9A-F:]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+    sleep 0.1
+    i=$((i + 1))
+  done
+  return 1
+}
 export LD_PRELOAD="$lib" UCX_WARN_UNUSED_ENV_VARS=n
 for c in "$@"; do
   t=${c%%:*} rest=${c#*:}
@@ -40,7 +52,7 @@ for c in "$@"; do
   # shellcheck disable=SC2086
   timeout -k 5 60 $server >"$dir/server" 2>&1 &
   spid=$!
-  sleep 1
+  wait_listen "$port"
   # shellcheck disable=SC2086
   timeout -k 5 60 $client -t "$t" -s "$size" -n "$iters" -w 2 >"$dir/client" 2>&1
   crc=$?
@@ -62,7 +74,7 @@ port=$((port + 1))
 timeout -k 5 30 env UCX_TLS="$tl,self" UCX_NET_DEVICES="$d1" "UCX_RDMX_${TL}_SEG_SIZE=8k" \
   ucx_perftest -p "$port" >"$dir/server" 2>&1 &
 spid=$!
-sleep 1
+wait_listen "$port"
 timeout -k 5 30 env UCX_TLS="$tl,self" UCX_NET_DEVICES="$d2" ucx_perftest 127.0.0.1 -p "$port" \
   -t tag_lat -s 8 -n 10 >"$dir/client" 2>&1
 crc=$?
