@@ -294,8 +294,10 @@ int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buff
 
 /*
  * One-sided RDMA: RDMA write (put) and read (get) between registered memory of this process and
- * a peer's, over the RC transport to a peer reached through the device (RDMX_ERR_UNSUPPORTED
- * under UD and to a node-local peer reached through shared memory).
+ * a peer's reached through the device (RDMX_ERR_UNSUPPORTED to a node-local peer reached through
+ * shared memory): on the peer's RC connection, or under UD on an RC connection made on demand
+ * for this and for rendezvous (RDMX_MAX_RC_PEERS of them; the least recently used idle one goes
+ * when another is needed).
  *
  * Memory is registered by the caller in the worker's protection domain, rdmx_worker_pd() (a
  * struct ibv_pd*), with ibv_reg_mr: the local buffer with IBV_ACCESS_LOCAL_WRITE and its lkey;
@@ -307,10 +309,13 @@ int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buff
  * rdmx_request_test) when the device reports it done: for a put, the data is in the peer's
  * memory; for a get, in ours. Status: length, and source = the peer's uid; error RDMX_OK,
  * RDMX_ERR_IO when the device refused it (a key or address outside a registration: the RC
- * connection fails with it, and the peer becomes unreachable, as on any RC adapter),
+ * connection fails with it, and the peer becomes unreachable, as on any RC adapter; under UD
+ * only the on-demand connection, and the next operation makes another),
  * RDMX_ERR_UNREACHABLE when the peer failed first, RDMX_ERR_CANCELED at rdmx_worker_destroy.
  * Refused, with nothing posted: RDMX_ERR_NO_RESOURCE while the connection is still being set
- * up (rdmx_ep_create started it) or the connection's send queue is full: progress and retry;
+ * up (rdmx_ep_create started it; under UD, the first operation to a peer starts it, and so does
+ * one while every on-demand connection is busy) or the connection's send queue is full:
+ * progress and retry;
  * RDMX_ERR_UNREACHABLE to a failed peer; RDMX_ERR_INVALID_PARAM for a NULL buffer with a
  * length, or a length above the port's largest message. A posted operation cannot be
  * cancelled (RDMX_ERR_BUSY). Puts and gets are not ordered with each other nor with tagged

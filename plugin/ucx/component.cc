@@ -367,7 +367,7 @@ void* rdmx_ucx_pd_reg(struct ibv_pd* pd, void* addr, size_t length, uint32_t* lk
   *lkey = mr->lkey();
   return mr.release();
 } catch (const rdmx::verbs::Error& e) {
-  std::fprintf(stderr, "rdmx_rc: registering the put/get bounce buffers: %s\n", e.what());
+  std::fprintf(stderr, "rdmx: registering the put/get bounce buffers: %s\n", e.what());
   return nullptr;
 } catch (const std::bad_alloc&) {
   return nullptr;

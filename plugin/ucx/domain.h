@@ -10,12 +10,12 @@
 // would not match. Caching at this level would be an option of its own (UCX's ib MD has one);
 // UCP 1.13 keeps a registration cache of its own above the MD.
 //
-// Put and get: an rdmx_rc interface's worker posts on QPs of its own PD (its own device context,
-// whose asynchronous events are the worker's alone), and a QP reaches only memory registered in
-// its PD. So an interface attaches its worker's PD to the MD (a slot, at most kMaxRmaWorkers):
-// every registration is made there too, those made before included, and the packed key carries
-// each attached worker's rkey (md_format.h). Detaching deregisters the slot's MRs, before the
-// worker and its PD go.
+// Put and get: the worker of an rdmx interface (rdmx_rc or rdmx_ud) posts on QPs of its own PD
+// (its own device context, whose asynchronous events are the worker's alone), and a QP reaches
+// only memory registered in its PD. So an interface attaches its worker's PD to the MD (a slot,
+// at most kMaxRmaWorkers): every registration is made there too, those made before included, and
+// the packed key carries each attached worker's rkey (md_format.h). Detaching deregisters the
+// slot's MRs, before the worker and its PD go.
 #pragma once
 
 #include <array>

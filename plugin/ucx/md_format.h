@@ -29,12 +29,12 @@ std::optional<std::string_view> device_of(std::string_view md_name);
 int ibv_access(unsigned uct_flags) noexcept;
 
 // The remote key a peer needs to reach a registration (the address travels with each
-// operation). A registration is made in the MD's PD and again in the PD of each rdmx_rc
+// operation). A registration is made in the MD's PD and again in the PD of each rdmx
 // interface's worker attached to the MD (domain.h), since a QP reaches only memory registered
 // in its own PD: the packed key carries the MD's rkey (for tools that read the MD alone) and,
 // per attached worker, its uid and rkey, so that a peer's put or get picks the rkey of the
 // worker its endpoint is connected to. Little-endian on the wire, whatever the host order.
-inline constexpr std::size_t kMaxRmaWorkers = 4;  // rdmx_rc interfaces with put/get per MD
+inline constexpr std::size_t kMaxRmaWorkers = 4;  // rdmx interfaces with put/get per MD
 struct WorkerRkey {
   std::uint64_t uid = 0;  // 0: no worker in this entry
   std::uint32_t rkey = 0;

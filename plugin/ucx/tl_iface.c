@@ -35,8 +35,9 @@
  *                  than a source of truncated AMs. Connect-to-interface: rdmx sets RC
  *                  connections up on demand itself.
  *
- *   put / get      rdmx_rc: put_zcopy and get_zcopy are rdmx_put and rdmx_get (an RDMA write
- *                  or read on the peer's RC connection), so UCP's rendezvous moves data zero-copy.
+ *   put / get      put_zcopy and get_zcopy are rdmx_put and rdmx_get (an RDMA write or read on
+ *                  the peer's RC connection; over rdmx_ud on rdmx's on-demand RC connection to
+ *                  the peer, as its rendezvous writes), so UCP's rendezvous moves data zero-copy.
  *                  The interface attaches its worker's PD to the MD (domain.h): a memh's lkey in
  *                  that PD, and the rkey of the peer's worker from the unpacked key. put_short,
  *                  put_bcopy and get_bcopy (UCP's put/get API for small sizes) go through the
@@ -159,7 +160,7 @@ typedef struct uct_rdmx_iface {
   uint64_t* dead_uids; /* peers rdmx found dead, not yet handled by progress */
   unsigned dead_count;
   unsigned dead_capacity;
-  /* Put and get (rdmx_rc with an MD slot; else md_slot -1 and no operations). */
+  /* Put and get (with an MD slot; else md_slot -1 and no operations). */
   int md_slot;
   size_t max_rma; /* the port's largest message */
   uct_rdmx_rma_op_t* rma_ops;
@@ -186,6 +187,7 @@ typedef struct uct_rdmx_ep {
   int fenced;         /* a fence waits for marker fence_seq and no inflight */
   int fence_rma;      /* the fence has puts or gets before it: AMs after it wait too */
   int rma_posted;     /* a put or get went since the last fence */
+  int fence_pending;  /* a fence came while requests were pending: each is fenced on dispatch */
   uint64_t fence_seq; /* marker_seq + 1 while rdmx refused the fence's marker */
   /* rdmx refused an operation for want of a resource in this progress epoch: pending requests
    * wait for the next progress (which may bring the connection up or empty the queue). */
@@ -313,7 +315,7 @@ static uct_rdmx_tx_desc_t* uct_rdmx_tx_get(uct_rdmx_iface_t* iface) {
   return ucs_queue_pull_elem_non_empty(&iface->tx_free, uct_rdmx_tx_desc_t, elem);
 }
 
-static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp);
+static ucs_status_t uct_rdmx_ep_mark(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp);
 
 /* Whether an operation (a put or get when `rma`, else an AM or a flush) must wait for the
  * endpoint's fence, which ends when everything before it is done at the peer. AMs arrive in
@@ -325,7 +327,7 @@ static int uct_rdmx_ep_fence_blocked(uct_rdmx_ep_t* ep, int rma) {
     return 0;
   }
   if (ep->marker_seq < ep->fence_seq) {
-    (void)uct_rdmx_ep_flush(&ep->super.super, 0, NULL);
+    (void)uct_rdmx_ep_mark(&ep->super.super, 0, NULL);
   }
   if (ep->marker_done >= ep->fence_seq && ep->inflight == 0) {
     ep->fenced = 0;
@@ -470,7 +472,7 @@ static ucs_status_t uct_rdmx_rma_begin(uct_rdmx_ep_t* ep, uct_rdmx_iface_t* ifac
   uct_rdmx_rma_op_t* op;
 
   if (iface->rma_ops == NULL || (bounce && iface->bounce_mem == NULL)) {
-    return UCS_ERR_UNSUPPORTED; /* not offered (iface_query): rdmx_ud, or no MD slot */
+    return UCS_ERR_UNSUPPORTED; /* not offered (iface_query): no MD slot */
   }
   UCT_CHECK_LENGTH(length, 0, max, name);
   if (ep->status != UCS_OK) {
@@ -478,7 +480,7 @@ static ucs_status_t uct_rdmx_rma_begin(uct_rdmx_ep_t* ep, uct_rdmx_iface_t* ifac
   }
   if (!rdmx_ucx_rkey_for(rkey, ep->peer_uid, peer_rkey)) {
     ucs_error("rdmx: %s: the remote key has no entry for the peer's worker (uid 0x%" PRIx64
-              "): it was packed by a process whose MD has more than %d rdmx_rc interfaces",
+              "): it was packed by a process whose MD has more than %d rdmx interfaces",
               name, ep->peer_uid, RDMX_UCX_MAX_RMA_IFACES);
     return UCS_ERR_INVALID_PARAM;
   }
@@ -659,8 +661,8 @@ static ucs_status_t uct_rdmx_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t 
 /* ---- fence ------------------------------------------------------------------------------- */
 
 /* A flush without completion whose end later operations wait for (uct_rdmx_ep_fence_blocked).
- * Nothing to order on rdmx_ud, whose AMs arrive in order; nothing to wait for when everything
- * before is done. */
+ * Nothing to order without puts and gets (AMs arrive in order); nothing to wait for when
+ * everything before is done. */
 static ucs_status_t uct_rdmx_ep_fence(uct_ep_h tl_ep, unsigned flags) {
   uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
@@ -674,7 +676,10 @@ static ucs_status_t uct_rdmx_ep_fence(uct_ep_h tl_ep, unsigned flags) {
   if (iface->rma_ops == NULL) {
     return UCS_OK;
   }
-  status = uct_rdmx_ep_flush(tl_ep, 0, NULL); /* a marker after what went since the last */
+  /* Requests pending now were issued before the fence, but will be posted after its marker:
+   * dispatch fences after each of them (uct_rdmx_ep_may_dispatch). */
+  ep->fence_pending |= !ucs_queue_is_empty(&ep->pending);
+  status = uct_rdmx_ep_mark(tl_ep, 0, NULL); /* a marker after what went since the last */
   if (status == UCS_OK) {
     ep->rma_posted = 0; /* all done */
     return UCS_OK;
@@ -742,6 +747,20 @@ static void uct_rdmx_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback
   uct_pending_req_priv_queue_t* priv;
 
   uct_pending_queue_purge(priv, &ep->pending, (--iface->pending_count, 1), cb, arg);
+  ep->fence_pending = 0;
+}
+
+static ucs_status_t uct_rdmx_ep_fence(uct_ep_h tl_ep, unsigned flags);
+
+/* Whether the endpoint's next pending request may run; *ran: one ran before it in this round,
+ * which a fence asked for while they were pending must separate from it. */
+static int uct_rdmx_ep_may_dispatch(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep, int* ran) {
+  if (*ran && ep->fence_pending) {
+    (void)uct_rdmx_ep_fence(&ep->super.super, 0);
+  }
+  *ran = 1;
+  return uct_rdmx_iface_has_resources(iface) && !uct_rdmx_ep_blocked(iface, ep) &&
+         !uct_rdmx_ep_fence_blocked(ep, 1);
 }
 
 static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
@@ -750,11 +769,12 @@ static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
 
   ucs_list_for_each(ep, &iface->eps, list) {
     const size_t before = ucs_queue_length(&ep->pending);
-    uct_pending_queue_dispatch(priv, &ep->pending,
-                               uct_rdmx_iface_has_resources(iface) &&
-                                   !uct_rdmx_ep_blocked(iface, ep) &&
-                                   !uct_rdmx_ep_fence_blocked(ep, 1));
+    int ran = 0;
+    uct_pending_queue_dispatch(priv, &ep->pending, uct_rdmx_ep_may_dispatch(iface, ep, &ran));
     iface->pending_count -= (unsigned)(before - ucs_queue_length(&ep->pending));
+    if (ucs_queue_is_empty(&ep->pending)) {
+      ep->fence_pending = 0;
+    }
     if (iface->pending_count == 0 || !uct_rdmx_iface_has_resources(iface)) {
       break;
     }
@@ -808,7 +828,9 @@ static int uct_rdmx_ep_is_flushing(const uct_rdmx_ep_t* ep) {
   return !ucs_queue_is_empty(&ep->markers) || !ucs_queue_is_empty(&ep->waiters);
 }
 
-static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp) {
+/* The flush of everything posted so far (uct_rdmx_ep_flush without its pending check; a fence's
+ * marker too). */
+static ucs_status_t uct_rdmx_ep_mark(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp) {
   static const char zero;
   uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
@@ -864,6 +886,17 @@ static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_comple
   }
   UCT_TL_EP_STAT_FLUSH_WAIT(&ep->super);
   return UCS_INPROGRESS;
+}
+
+/* Requests still pending were issued before the flush, and UCT's flush covers them: the caller
+ * adds its flush to the pending queue, behind them (as UCX's rc transports do). */
+static ucs_status_t uct_rdmx_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  if (!(flags & UCT_FLUSH_FLAG_CANCEL) && !ucs_queue_is_empty(&ep->pending) &&
+      ep->status == UCS_OK) {
+    return UCS_ERR_NO_RESOURCE;
+  }
+  return uct_rdmx_ep_mark(tl_ep, flags, comp);
 }
 
 static ucs_status_t uct_rdmx_iface_flush(uct_iface_h tl_iface, unsigned flags,
@@ -1085,6 +1118,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
   self->fenced = 0;
   self->fence_rma = 0;
   self->rma_posted = 0;
+  self->fence_pending = 0;
   self->fence_seq = 0;
   self->blocked_epoch = 0;
   self->marker_seq = 0;
@@ -1225,8 +1259,8 @@ static int uct_rdmx_iface_is_reachable(const uct_iface_h tl_iface,
   return rdmx_worker_check_peer(iface->worker, blob, rdmx_ucx_tl_blob_size(), NULL, 0) == RDMX_OK;
 }
 
-/* rdmx_rc: attaches the worker's PD to the MD and makes the operation descriptors. Without a
- * slot or memory the interface offers no put/get (UCP then moves rendezvous data in AMs). */
+/* Attaches the worker's PD to the MD and makes the operation descriptors. Without a slot or
+ * memory the interface offers no put/get (UCP then moves rendezvous data in AMs). */
 static void uct_rdmx_rma_init(uct_rdmx_iface_t* iface, uct_md_h md, int port, size_t count) {
   size_t i;
 
@@ -1239,17 +1273,14 @@ static void uct_rdmx_rma_init(uct_rdmx_iface_t* iface, uct_md_h md, int port, si
   iface->bounce_top = 0;
   ucs_queue_head_init(&iface->rma_free);
   ucs_queue_head_init(&iface->rma_done);
-  if (iface->transport != RDMX_TRANSPORT_RC) {
-    return; /* UD has no connection to put on (nor has UCX's ud_verbs) */
-  }
   iface->max_rma = rdmx_ucx_md_port_max_msg(md, port);
   iface->md_slot =
       rdmx_ucx_md_attach(md, rdmx_worker_uid(iface->worker), rdmx_worker_pd(iface->worker));
   if (iface->md_slot < 0 || iface->max_rma == 0) {
     ucs_diag(
-        "rdmx_rc: no put/get on this interface (its memory domain has %d interfaces with "
+        "%s: no put/get on this interface (its memory domain has %d interfaces with "
         "them, or registering its memory for this one failed)",
-        RDMX_UCX_MAX_RMA_IFACES);
+        iface->transport == RDMX_TRANSPORT_RC ? "rdmx_rc" : "rdmx_ud", RDMX_UCX_MAX_RMA_IFACES);
     if (iface->md_slot >= 0) {
       rdmx_ucx_md_detach(md, iface->md_slot);
       iface->md_slot = -1;

@@ -1,6 +1,7 @@
 // One-sided RDMA of the C API (rdmx_put, rdmx_get), two ranks on one device: data both ways at
-// sizes from 0 bytes to 4 MiB, what is refused (UD, bad arguments, cancel), a bad remote key
-// failing the request and the connection, and teardown with puts in flight.
+// sizes from 0 bytes to 4 MiB, over RC and over UD (on-demand RC write QPs), what is refused
+// (bad arguments, cancel), a bad remote key failing the request and the RC connection (over UD
+// only the request: the next put goes on a new write QP), and teardown with puts in flight.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
@@ -85,8 +86,8 @@ class Rma : public ::testing::Test {
 
 // Each rank puts its pattern into the other's region and gets the other's pattern into its
 // own, at every size, concurrently; then checks what the peer put.
-TEST_F(Rma, PutsAndGetsCarryEveryByte) {
-  run([](Rank& rank, Session& s) {
+void carry_every_byte(Rank& rank, Session& s) {
+  {
     Region r(rank, s.worker);
     const std::size_t sizes[] = {0, 1, 8, 4095, 65536, std::size_t{4} << 20};
     const std::size_t half = kRegion / 2;  // puts land in the lower half, gets read the upper
@@ -129,7 +130,17 @@ TEST_F(Rma, PutsAndGetsCarryEveryByte) {
     }
     RDMX_CHECK(rank, r.bytes[offset] == pattern(rank.rank(), offset));  // nothing beyond
     (void)ibv_dereg_mr(got_mr);
-  });
+  }
+}
+
+TEST_F(Rma, PutsAndGetsCarryEveryByte) {
+  run(carry_every_byte);
+}
+
+// Over UD they go on the peer's on-demand RC write QP (made by the first put, which is refused
+// with RDMX_ERR_NO_RESOURCE until it is up): the same bytes arrive.
+TEST_F(Rma, PutsAndGetsOverUdCarryEveryByte) {
+  run(carry_every_byte, RDMX_TRANSPORT_UD);
 }
 
 TEST_F(Rma, RefusesWhatItCannotDo) {
@@ -148,32 +159,24 @@ TEST_F(Rma, RefusesWhatItCannotDo) {
   });
 }
 
-TEST_F(Rma, UnsupportedOverUd) {
-  run(
-      [](Rank& rank, Session& s) {
-        RDMX_CHECK(rank, rdmx_worker_pd(s.worker) != nullptr);
-        std::uint64_t v = 0;
-        rdmx_request_t req;
-        rdmx_ep_t* ep = s.eps[static_cast<std::size_t>(1 - rank.rank())];
-        RDMX_CHECK_EQ(rank, rdmx_put(ep, &v, 8, 0, 0, 0, &req, nullptr, nullptr),
-                      RDMX_ERR_UNSUPPORTED);
-        RDMX_CHECK_EQ(rank, rdmx_get(ep, &v, 8, 0, 0, 0, &req, nullptr, nullptr),
-                      RDMX_ERR_UNSUPPORTED);
-      },
-      RDMX_TRANSPORT_UD);
+// A get with a remote key the peer never gave out: the adapters refuse it, and the request
+// fails with RDMX_ERR_IO.
+void get_with_a_bad_key(Rank& rank, Session& s, Region& r) {
+  rdmx_request_t req;
+  rdmx_status_t st{};
+  RDMX_CHECK_OK(rank, post_rma(rank, s, true, r.bytes.data(), 64, r.mr->lkey, r.peer.addr,
+                               r.peer.rkey ^ 0x5a5a00u, &req));
+  RDMX_CHECK_EQ(rank, wait_request(rank, s.worker, &req, &st, "bad-key get"), RDMX_ERR_IO);
 }
 
-// A get with a remote key the peer never gave out: the adapters refuse it, the request fails
-// with RDMX_ERR_IO, and the connection with it (RC error semantics): a later put is refused.
+// Over RC the connection fails with it (RC error semantics): a later put is refused.
 TEST_F(Rma, ABadRemoteKeyFailsTheRequestAndTheConnection) {
   run([](Rank& rank, Session& s) {
     Region r(rank, s.worker);
     if (rank.rank() == 0) {
       rdmx_request_t req;
       rdmx_status_t st{};
-      RDMX_CHECK_OK(rank, post_rma(rank, s, true, r.bytes.data(), 64, r.mr->lkey, r.peer.addr,
-                                   r.peer.rkey ^ 0x5a5a00u, &req));
-      RDMX_CHECK_EQ(rank, wait_request(rank, s.worker, &req, &st, "bad-key get"), RDMX_ERR_IO);
+      get_with_a_bad_key(rank, s, r);
       const auto t0 = std::chrono::steady_clock::now();
       int rc = RDMX_OK;
       while ((rc = rdmx_put(s.eps[1], r.bytes.data(), 8, r.mr->lkey, r.peer.addr, r.peer.rkey, &req,
@@ -186,6 +189,41 @@ TEST_F(Rma, ABadRemoteKeyFailsTheRequestAndTheConnection) {
     }
     rank.barrier();
   });
+}
+
+// Over UD the refused get fails its request and its write QP only: the peer stays reachable,
+// and the next put, on a new write QP, carries its bytes.
+TEST_F(Rma, ABadRemoteKeyOverUdFailsOnlyTheRequest) {
+  run(
+      [](Rank& rank, Session& s) {
+        Region r(rank, s.worker);
+        if (rank.rank() == 0) {
+          rdmx_request_t req;
+          rdmx_status_t st{};
+          get_with_a_bad_key(rank, s, r);
+          std::memset(r.bytes.data(), 0xa7, 4096);
+          RDMX_CHECK_OK(rank, post_rma(rank, s, false, r.bytes.data(), 4096, r.mr->lkey,
+                                       r.peer.addr, r.peer.rkey, &req));
+          RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, &st, "put after the failure"));
+          RDMX_CHECK_OK(rank,
+                        rdmx_tag_send(s.eps[1], r.bytes.data(), 0, 77, 0, &req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, &st, "done message"));
+        } else {
+          // Progress until rank 0 is done: its write QPs are made through this worker.
+          rdmx_request_t req;
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, r.bytes.data(), 0, RDMX_ANY_SOURCE, 77, ~0ull,
+                                            &req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, &st, "done message"));
+        }
+        rank.barrier();
+        if (rank.rank() == 1) {
+          RDMX_CHECK(rank, r.bytes[0] == 0xa7 && r.bytes[4095] == 0xa7);
+          RDMX_CHECK(rank, r.bytes[4096] == pattern(1, 4096));
+        }
+        rank.barrier();
+      },
+      RDMX_TRANSPORT_UD);
 }
 
 // Destroying the worker with puts in flight: each request's callback runs exactly once (done

@@ -1,13 +1,15 @@
-/* Guest test of rdmx_rc's puts and gets through UCX's PUBLIC UCT API only
- * (libuct_rdmx.so preloaded), in one process: an MD, a UCT worker and two rdmx_rc interfaces on
- * one device, an endpoint each way.
- *   - rdmx_rc offers PUT_ZCOPY and GET_ZCOPY; rdmx_ud neither.
+/* Guest test of rdmx_rc's and rdmx_ud's puts and gets through UCX's PUBLIC UCT API only
+ * (libuct_rdmx.so preloaded), in one process: an MD, a UCT worker, and per transport two
+ * interfaces on one device, an endpoint each way.
+ *   - Each offers PUT_SHORT, PUT_BCOPY, GET_BCOPY, PUT_ZCOPY and GET_ZCOPY.
  *   - Memory registered before the interfaces open, and after: each interface's worker gets a
  *     registration of it in its own PD (the kernel lists one MR per registration and PD), and a
  *     key packed afterwards reaches it.
  *   - put_zcopy and get_zcopy from 1 byte to 4 MiB, every byte checked.
  *   - put_short, put_bcopy and get_bcopy (bounce buffers) from 1 byte to their largest, every
- *     byte checked, and their capability flags (rdmx_ud has none).
+ *     byte checked.
+ *   - the first put on a new endpoint is refused (no connection yet) and pending: a flush behind
+ *     it must answer NO_RESOURCE, not end before it.
  *   - put_short without progress until the interface runs out of bounce buffers: the refused
  *     request must be taken by pending_add (an answer of BUSY would have UCP retry at once, with
  *     no progress to give a buffer back: seen so before pending_add counted bounce buffers),
@@ -97,20 +99,20 @@ static ucs_status_t on_set(void* arg, void* data, size_t length, unsigned flags)
   return UCS_OK;
 }
 
-static void open_side(side_t* s, uct_md_h md, uct_worker_h worker, const char* dev,
+static void open_side(side_t* s, uct_md_h md, uct_worker_h worker, const char* tl, const char* dev,
                       fence_check_t* fence) {
   memset(s, 0, sizeof(*s));
-  s->iface = open_iface(md, worker, "rdmx_rc", dev, kAmId, on_am, fence, NULL, NULL, &s->attr);
+  s->iface = open_iface(md, worker, tl, dev, kAmId, on_am, fence, NULL, NULL, &s->attr);
   CHECK_OK(uct_iface_set_am_handler(s->iface, kSetId, on_set, fence, 0), "set_am_handler");
   CHECK((s->attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY) &&
             (s->attr.cap.flags & UCT_IFACE_FLAG_GET_ZCOPY),
-        "rdmx_rc lacks PUT_ZCOPY or GET_ZCOPY (flags 0x%lx)", (unsigned long)s->attr.cap.flags);
+        "%s lacks PUT_ZCOPY or GET_ZCOPY (flags 0x%lx)", tl, (unsigned long)s->attr.cap.flags);
   CHECK(s->attr.cap.put.max_zcopy >= kLargest && s->attr.cap.get.max_zcopy >= kLargest,
         "max_zcopy put %zu get %zu", s->attr.cap.put.max_zcopy, s->attr.cap.get.max_zcopy);
   CHECK((s->attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT) &&
             (s->attr.cap.flags & UCT_IFACE_FLAG_PUT_BCOPY) &&
             (s->attr.cap.flags & UCT_IFACE_FLAG_GET_BCOPY),
-        "rdmx_rc lacks PUT_SHORT, PUT_BCOPY or GET_BCOPY (flags 0x%lx)",
+        "%s lacks PUT_SHORT, PUT_BCOPY or GET_BCOPY (flags 0x%lx)", tl,
         (unsigned long)s->attr.cap.flags);
   CHECK(s->attr.cap.put.max_short >= 8 && s->attr.cap.put.max_bcopy >= 4096 &&
             s->attr.cap.get.max_bcopy == s->attr.cap.put.max_bcopy,
@@ -319,56 +321,58 @@ static void bounce_exhaustion(uct_worker_h worker, const side_t* a, region_t* rb
       n, n + 1);
 }
 
-int main(void) {
-  uct_component_h* components;
-  uct_md_resource_desc_t* mds;
-  unsigned num_mds;
-  char md_name[UCT_MD_NAME_MAX], dev_name[UCT_DEVICE_NAME_MAX];
-  uct_md_config_t* md_config;
-  uct_md_h md;
-  uct_md_attr_t md_attr;
-  ucs_async_context_t* async;
-  uct_worker_h worker;
+/* The first put on a new endpoint, before any progress: the connection (over rdmx_ud, the
+ * on-demand RC connection) is not up, so it is refused, and pending_add takes it. A flush then
+ * must not end before it (UCT's flush covers pending requests): NO_RESOURCE (seen: UCS_OK, and
+ * MPI_Win_fence over rdmx_ud returned before a get had run). Then progress runs it. */
+static void pending_before_flush(uct_worker_h worker, const side_t* a, region_t* rb, size_t at) {
+  const uint64_t value = 0x5eed5eed5eed5eedull;
+  pending_put_t p = {.ep = a->ep, .rkey = rb->key.rkey, .value = value};
+  ucs_status_t status;
+  const double deadline = now_s() + kSeconds;
+
+  p.remote_addr = (uintptr_t)(rb->mem + at);
+  p.super.func = run_pending_put;
+  status = uct_ep_put_short(a->ep, &value, sizeof(value), p.remote_addr, rb->key.rkey);
+  CHECK(status == UCS_ERR_NO_RESOURCE, "the first put, before any progress: %s",
+        ucs_status_string(status));
+  CHECK_OK(uct_ep_pending_add(a->ep, &p.super, 0), "pending_add of the first put");
+  status = uct_ep_flush(a->ep, 0, NULL);
+  CHECK(status == UCS_ERR_NO_RESOURCE, "a flush behind a pending put answered %s",
+        ucs_status_string(status));
+  while (!p.ran) {
+    CHECK(now_s() < deadline, "the pending put did not run in %d s", kSeconds);
+    uct_worker_progress(worker);
+  }
+  CHECK_OK(flush_ep(worker, a->ep, kSeconds), "flush after the pending put");
+  CHECK(memcmp(rb->mem + at, &value, sizeof(value)) == 0, "the pending put is not in place");
+  printf("first put refused before the connection is up, pending; a flush behind it: %s\n",
+         ucs_status_string(UCS_ERR_NO_RESOURCE));
+}
+
+/* Everything above over one transport: its two interfaces, their registrations and keys. */
+static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_md_attr_t* md_attr,
+                   uct_worker_h worker, const char* dev_name) {
   side_t a, b;
   region_t ra, rb;
   fence_check_t fence = {0};
   const size_t sizes[] = {1, 8, 4095, 65536, 1 << 20, kLargest}; /* in all, under half */
   const size_t half = kRegion / 2;
 
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  const uct_component_h rdmx = find_rdmx(&components, &mds, &num_mds);
-  CHECK(find_tl_device(rdmx, mds, num_mds, "rdmx_rc", md_name, dev_name), "no rdmx_rc device");
-  CHECK_OK(uct_md_config_read(rdmx, NULL, NULL, &md_config), "uct_md_config_read");
-  CHECK_OK(uct_md_open(rdmx, md_name, md_config, &md), "uct_md_open");
-  uct_config_release(md_config);
-  CHECK_OK(uct_md_query(md, &md_attr), "uct_md_query");
-  CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async), "async_create");
-  CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), "uct_worker_create");
-
-  /* rdmx_ud: no put or get, and no registration in its worker's PD. */
-  {
-    uct_iface_attr_t attr;
-    uct_iface_h ud =
-        open_iface(md, worker, "rdmx_ud", dev_name, kAmId, on_am, &fence, NULL, NULL, &attr);
-    CHECK(!(attr.cap.flags &
-            (UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT |
-             UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_GET_BCOPY)),
-          "rdmx_ud offers put/get (flags 0x%lx)", (unsigned long)attr.cap.flags);
-    uct_iface_close(ud);
-  }
-
+  printf("--- %s\n", tl);
   register_region(md, &ra); /* before the interfaces */
   CHECK(region_mrs() == 1, "%d MRs for one registration without interfaces", region_mrs());
-  open_side(&a, md, worker, dev_name, &fence);
-  open_side(&b, md, worker, dev_name, &fence);
+  open_side(&a, md, worker, tl, dev_name, &fence);
+  open_side(&b, md, worker, tl, dev_name, &fence);
   register_region(md, &rb); /* after */
-  CHECK(region_mrs() == 6, "%d MRs for two registrations with two rdmx_rc interfaces (want 6)",
-        region_mrs());
+  CHECK(region_mrs() == 6, "%d MRs for two registrations with two %s interfaces (want 6)",
+        region_mrs(), tl);
   printf("%s: two registrations, each in the MD's PD and both workers': 6 MRs\n", dev_name);
-  unpack_key(rdmx, md, md_attr.rkey_packed_size, &ra);
-  unpack_key(rdmx, md, md_attr.rkey_packed_size, &rb);
+  unpack_key(rdmx, md, md_attr->rkey_packed_size, &ra);
+  unpack_key(rdmx, md, md_attr->rkey_packed_size, &rb);
   connect_to(&a, &b);
   connect_to(&b, &a);
+  pending_before_flush(worker, &a, &rb, 0);
   for (size_t i = 0; i < kRegion; ++i) {
     ra.mem[i] = pattern(1, i);
     rb.mem[i] = pattern(2, i);
@@ -468,15 +472,40 @@ int main(void) {
   CHECK_OK(uct_md_mem_dereg(md, ra.memh), "mem_dereg");
   CHECK_OK(uct_md_mem_dereg(md, rb.memh), "mem_dereg");
   CHECK(region_mrs() == 0, "%d MRs after deregistering", region_mrs());
+  free(ra.mem);
+  free(rb.mem);
+}
+
+int main(void) {
+  uct_component_h* components;
+  uct_md_resource_desc_t* mds;
+  unsigned num_mds;
+  char md_name[UCT_MD_NAME_MAX], dev_name[UCT_DEVICE_NAME_MAX];
+  uct_md_config_t* md_config;
+  uct_md_h md;
+  uct_md_attr_t md_attr;
+  ucs_async_context_t* async;
+  uct_worker_h worker;
+
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const uct_component_h rdmx = find_rdmx(&components, &mds, &num_mds);
+  CHECK(find_tl_device(rdmx, mds, num_mds, "rdmx_rc", md_name, dev_name), "no rdmx_rc device");
+  CHECK_OK(uct_md_config_read(rdmx, NULL, NULL, &md_config), "uct_md_config_read");
+  CHECK_OK(uct_md_open(rdmx, md_name, md_config, &md), "uct_md_open");
+  uct_config_release(md_config);
+  CHECK_OK(uct_md_query(md, &md_attr), "uct_md_query");
+  CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async), "async_create");
+  CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), "uct_worker_create");
+
+  run_tl("rdmx_rc", rdmx, md, &md_attr, worker, dev_name);
+  run_tl("rdmx_ud", rdmx, md, &md_attr, worker, dev_name);
   uct_worker_destroy(worker);
   ucs_async_context_destroy(async);
   uct_md_close(md);
-  free(ra.mem);
-  free(rb.mem);
   free(mds);
   uct_release_component_list(components);
   printf(
-      "PASS: rdmx_rc put/get short, bcopy and zcopy, fence and flush; registrations follow the "
-      "interfaces\n");
+      "PASS: rdmx_rc and rdmx_ud put/get short, bcopy and zcopy, fence and flush; registrations "
+      "follow the interfaces\n");
   return 0;
 }

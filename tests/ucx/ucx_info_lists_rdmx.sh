@@ -3,7 +3,7 @@
 # domain rdmx_<ibdev> per RDMA device and its transports rdmx_rc and rdmx_ud on <ibdev>:1, and
 # `ucx_info -c` their settings; and UCP, asked for error handling (UCP_ERR_HANDLING_MODE_PEER,
 # which needs UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE), puts each in an endpoint to another node;
-# and UCP's put/get goes by rdmx_rc's puts and gets, by AMs over rdmx_ud.
+# and UCP's put/get goes by their puts and gets.
 # Usage: ucx_info_lists_rdmx.sh LIBUCT_RDMX
 set -u
 lib=$1
@@ -36,10 +36,10 @@ for tl in rdmx_rc rdmx_ud; do
     { echo "$ep"; echo "FAIL: an endpoint with error handling has no $tl lane"; exit 1; }
   printf '%s\n' "$ep" | grep -E "^#.*lane\[0\]"
 done
-# UCP's put/get API: native on rdmx_rc (an RMA lane needs PUT_SHORT, PUT_BCOPY, GET_BCOPY and
-# PENDING: ucp/wireup/select.c), emulated in AMs on rdmx_ud. UCP says which in its ep_cfg line.
+# UCP's put/get API runs on each natively (an RMA lane needs PUT_SHORT, PUT_BCOPY, GET_BCOPY and
+# PENDING: ucp/wireup/select.c), not emulated in AMs (rma_am). UCP says which in its ep_cfg line.
 for tl in rdmx_rc rdmx_ud; do
-  want="rma($tl/" && [ "$tl" = rdmx_ud ] && want="rma_am($tl/"
+  want="rma($tl/"
   ep=$(LD_PRELOAD=$lib UCX_LOG_LEVEL=info UCX_TLS=$tl,self ucx_info -u r -e -P inter 2>&1)
   printf '%s\n' "$ep" | grep -F "ep_cfg[" | grep -qF "$want" ||
     { echo "$ep"; echo "FAIL: UCP's put/get over $tl is not $want...)"; exit 1; }

@@ -6,9 +6,9 @@
 # Usage: ucx_perftest_rdmx.sh LIBUCT_RDMX TL [CASE...]
 #   CASE = test:size:iterations[:layout]
 #   UCT tests (am_lat, put_bw, put_lat, get) run on TL itself (-x TL, and -D layout when given:
-#   short, bcopy or zcopy for rdmx_rc's puts and gets); the others are UCP's (UCX_TLS=TL,self):
-#   tag matching, whose rendezvous moves data by get_zcopy over rdmx_rc, and UCP's put/get, by
-#   rdmx_rc's puts and gets, and in active messages over rdmx_ud (which has none).
+#   short, bcopy or zcopy for the transport's puts and gets); the others are UCP's
+#   (UCX_TLS=TL,self): tag matching, whose rendezvous moves data by get_zcopy, and UCP's put/get,
+#   by the transport's puts and gets.
 set -u
 lib=$1 tl=$2
 shift 2

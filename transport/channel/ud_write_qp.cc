@@ -1,4 +1,5 @@
-// The UD channel's on-demand RC connections for rendezvous writes (UdChannel::write_connection).
+// The UD channel's on-demand RC connections for rendezvous writes (UdChannel::write_connection)
+// and for the C API's puts and gets (rma.cc).
 //
 // A third kind of QP: an RC QP per peer made on demand over the control QP when the first large
 // message to that peer needs it (connect_op::kWqpRequest/connect_op::kWqpReply), attached to the
@@ -73,10 +74,10 @@ bool Worker::create_wqp(Peer& p) {
                                                                 .max_recv_sge = 1,
                                                                 .max_inline_data = 0},
                                                        .sq_sig_all = false}));
-    qp->to_init(
-        verbs::RcInitAttr{.port_num = port_,
-                          .pkey_index = res_.pkey_index,
-                          .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
+    qp->to_init(verbs::RcInitAttr{.port_num = port_,
+                                  .pkey_index = res_.pkey_index,
+                                  .access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                                  IBV_ACCESS_REMOTE_READ});  // rdmx_get reads on it
     std::random_device rd;
     p.ud.wqp_psn = rd() & 0xffffff;
     p.ud.wqp_sq = eager::SendQueue(qp->get(), kRcSendDepth, kSignalEvery);
