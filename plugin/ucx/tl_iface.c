@@ -187,7 +187,6 @@ typedef struct uct_rdmx_ep {
   int fenced;         /* a fence waits for marker fence_seq and no inflight */
   int fence_rma;      /* the fence has puts or gets before it: AMs after it wait too */
   int rma_posted;     /* a put or get went since the last fence */
-  int fence_pending;  /* a fence came while requests were pending: each is fenced on dispatch */
   uint64_t fence_seq; /* marker_seq + 1 while rdmx refused the fence's marker */
   /* rdmx refused an operation for want of a resource in this progress epoch: pending requests
    * wait for the next progress (which may bring the connection up or empty the queue). */
@@ -662,7 +661,8 @@ static ucs_status_t uct_rdmx_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t 
 
 /* A flush without completion whose end later operations wait for (uct_rdmx_ep_fence_blocked).
  * Nothing to order without puts and gets (AMs arrive in order); nothing to wait for when
- * everything before is done. */
+ * everything before is done. It orders what was posted before it, as UCX's rc transports' fence
+ * (IBV_SEND_FENCE on the next work request) does: not requests still in the pending queue. */
 static ucs_status_t uct_rdmx_ep_fence(uct_ep_h tl_ep, unsigned flags) {
   uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
@@ -676,9 +676,6 @@ static ucs_status_t uct_rdmx_ep_fence(uct_ep_h tl_ep, unsigned flags) {
   if (iface->rma_ops == NULL) {
     return UCS_OK;
   }
-  /* Requests pending now were issued before the fence, but will be posted after its marker:
-   * dispatch fences after each of them (uct_rdmx_ep_may_dispatch). */
-  ep->fence_pending |= !ucs_queue_is_empty(&ep->pending);
   status = uct_rdmx_ep_mark(tl_ep, 0, NULL); /* a marker after what went since the last */
   if (status == UCS_OK) {
     ep->rma_posted = 0; /* all done */
@@ -747,20 +744,6 @@ static void uct_rdmx_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback
   uct_pending_req_priv_queue_t* priv;
 
   uct_pending_queue_purge(priv, &ep->pending, (--iface->pending_count, 1), cb, arg);
-  ep->fence_pending = 0;
-}
-
-static ucs_status_t uct_rdmx_ep_fence(uct_ep_h tl_ep, unsigned flags);
-
-/* Whether the endpoint's next pending request may run; *ran: one ran before it in this round,
- * which a fence asked for while they were pending must separate from it. */
-static int uct_rdmx_ep_may_dispatch(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep, int* ran) {
-  if (*ran && ep->fence_pending) {
-    (void)uct_rdmx_ep_fence(&ep->super.super, 0);
-  }
-  *ran = 1;
-  return uct_rdmx_iface_has_resources(iface) && !uct_rdmx_ep_blocked(iface, ep) &&
-         !uct_rdmx_ep_fence_blocked(ep, 1);
 }
 
 static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
@@ -769,12 +752,11 @@ static void uct_rdmx_dispatch_pending(uct_rdmx_iface_t* iface) {
 
   ucs_list_for_each(ep, &iface->eps, list) {
     const size_t before = ucs_queue_length(&ep->pending);
-    int ran = 0;
-    uct_pending_queue_dispatch(priv, &ep->pending, uct_rdmx_ep_may_dispatch(iface, ep, &ran));
+    uct_pending_queue_dispatch(priv, &ep->pending,
+                               uct_rdmx_iface_has_resources(iface) &&
+                                   !uct_rdmx_ep_blocked(iface, ep) &&
+                                   !uct_rdmx_ep_fence_blocked(ep, 1));
     iface->pending_count -= (unsigned)(before - ucs_queue_length(&ep->pending));
-    if (ucs_queue_is_empty(&ep->pending)) {
-      ep->fence_pending = 0;
-    }
     if (iface->pending_count == 0 || !uct_rdmx_iface_has_resources(iface)) {
       break;
     }
@@ -1118,7 +1100,6 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
   self->fenced = 0;
   self->fence_rma = 0;
   self->rma_posted = 0;
-  self->fence_pending = 0;
   self->fence_seq = 0;
   self->blocked_epoch = 0;
   self->marker_seq = 0;
