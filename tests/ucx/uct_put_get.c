@@ -236,12 +236,9 @@ static size_t bounce_ops(uct_worker_h worker, const side_t* a, region_t* ra, reg
     uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
     ssize_t packed;
     ucs_status_t status;
-    const double deadline = now_s() + kSeconds;
-    while ((packed = uct_ep_put_bcopy(a->ep, pack, &arg, (uintptr_t)rb->mem + offset,
-                                      rb->key.rkey)) == UCS_ERR_NO_RESOURCE) {
-      CHECK(now_s() < deadline, "put_bcopy: no resource for %d s", kSeconds);
-      uct_worker_progress(worker);
-    }
+    RETRY(worker, packed,
+          uct_ep_put_bcopy(a->ep, pack, &arg, (uintptr_t)rb->mem + offset, rb->key.rkey),
+          "put_bcopy");
     CHECK(packed == (ssize_t)n, "put_bcopy of %zu B answered %zd", n, packed);
     CHECK_OK(flush_ep(worker, a->ep, kSeconds), "flush after put_bcopy");
     check_bytes(rb->mem + offset, n, 1, offset, "put_bcopy");
@@ -420,10 +417,7 @@ static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_
     const double deadline = now_s() + kSeconds;
     rma(worker, a.ep, 0, ra.mem, kFence, ra.memh, (uintptr_t)rb.mem, rb.key.rkey, &comp);
     CHECK_OK(uct_ep_fence(a.ep, 0), "uct_ep_fence");
-    while ((status = uct_ep_am_short(a.ep, kAmId, 0, NULL, 0)) == UCS_ERR_NO_RESOURCE) {
-      CHECK(now_s() < deadline, "am_short after the fence: no resource for %d s", kSeconds);
-      uct_worker_progress(worker);
-    }
+    RETRY(worker, status, uct_ep_am_short(a.ep, kAmId, 0, NULL, 0), "am_short after the fence");
     CHECK_OK(status, "am_short after the fence");
     while (!fence.arrived) {
       CHECK(now_s() < deadline, "the AM after the fence did not arrive in %d s", kSeconds);
@@ -440,12 +434,9 @@ static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_
     const uint64_t value = 0x0123456789abcdefull;
     uint64_t got;
     uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
-    const double deadline = now_s() + kSeconds;
     ucs_status_t status;
-    while ((status = uct_ep_am_short(a.ep, kSetId, value, NULL, 0)) == UCS_ERR_NO_RESOURCE) {
-      CHECK(now_s() < deadline, "am_short before the fence: no resource for %d s", kSeconds);
-      uct_worker_progress(worker);
-    }
+    RETRY(worker, status, uct_ep_am_short(a.ep, kSetId, value, NULL, 0),
+          "am_short before the fence");
     CHECK_OK(status, "am_short before the fence");
     CHECK_OK(uct_ep_fence(a.ep, 0), "uct_ep_fence");
     rma(worker, a.ep, 1, ra.mem + half, sizeof(got), ra.memh, (uintptr_t)(rb.mem + half),
