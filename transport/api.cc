@@ -153,6 +153,18 @@ int rdmx_worker_set_peer_failure_callback(rdmx_worker_t* worker, rdmx_peer_failu
   return RDMX_OK;
 }
 
+int rdmx_worker_set_recv_sink(rdmx_worker_t* worker, rdmx_recv_sink_t sink, void* arg) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  worker->impl->set_recv_sink(sink, arg);
+  return RDMX_OK;
+}
+
 int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags,
                   rdmx_request_t* request, rdmx_callback_t callback, void* user_data) {
   if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr || request == nullptr) {

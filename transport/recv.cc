@@ -393,6 +393,34 @@ inline void Worker::deliver_in_order(Peer& p, const protocol::MsgHeader& h, cons
   }
 }
 
+inline Request* Worker::match_recv(const Peer& peer, std::uint64_t tag) {
+  // With a sink and nothing posted, no matching at all (UCX's AMs take this way).
+  if (recv_sink_ == nullptr || matcher_.posted_count() != 0) [[likely]] {
+    protocol::PostedRecv* pr = matcher_.match_message(peer.index, tag);
+    if (pr != nullptr || recv_sink_ == nullptr) [[likely]] {
+      return pr != nullptr ? owner_of(pr) : nullptr;
+    }
+  }
+  // The sink's only when no message waits unexpected: it would be received before them.
+  return matcher_.unexpected_count() == 0 ? take_sink_recv() : nullptr;
+}
+
+// A receive from the sink, set up as rdmx_tag_recv sets up one that matches at once.
+Request* Worker::take_sink_recv() {
+  void* buffer = nullptr;
+  std::size_t capacity = 0;
+  rdmx_request_t* storage = recv_sink_(recv_sink_arg_, &buffer, &capacity);
+  if (storage == nullptr) {
+    return nullptr;
+  }
+  Request* r = to_request(storage);
+  init_request(r, ReqType::kRecv, nullptr, nullptr);
+  r->buffer = buffer;
+  r->capacity = buffer != nullptr ? capacity : 0;
+  r->recv.spec = protocol::RecvSpec{.source = protocol::kAnySource, .tag = 0, .mask = 0};
+  return r;
+}
+
 inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& h,
                             const std::byte* body, const std::byte* payload, std::uint8_t pool,
                             std::uint32_t buf) {
@@ -408,11 +436,11 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
     case protocol::MsgKind::kEager:
     case protocol::MsgKind::kEagerSync:
     case protocol::MsgKind::kRts: {
-      if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, h.tag)) {
+      if (Request* r = match_recv(peer, h.tag)) {
         if (kind == protocol::MsgKind::kRts) {
-          start_rndv_recv(owner_of(pr), peer, h.tag, protocol::load_wire<protocol::RtsBody>(body));
+          start_rndv_recv(r, peer, h.tag, protocol::load_wire<protocol::RtsBody>(body));
         } else {
-          finish_recv(owner_of(pr), peer, h.tag, kind, h.aux, payload, h.payload_length);
+          finish_recv(r, peer, h.tag, kind, h.aux, payload, h.payload_length);
         }
         release();
         return;
@@ -481,8 +509,8 @@ void Worker::deliver_batch(Peer& peer, const protocol::MsgHeader& h, const std::
   protocol::BatchReader reader(std::span(payload, h.payload_length), h.aux);
   protocol::BatchReader::Message m{};
   while (reader.next(&m)) {
-    if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, m.tag)) {
-      finish_recv(owner_of(pr), peer, m.tag, protocol::MsgKind::kEager, 0, m.data, m.length);
+    if (Request* r = match_recv(peer, m.tag)) {
+      finish_recv(r, peer, m.tag, protocol::MsgKind::kEager, 0, m.data, m.length);
       continue;
     }
     protocol::MsgHeader one = protocol::make_header(protocol::MsgKind::kEager);

@@ -213,6 +213,10 @@ class Worker {
     peer_failure_cb_ = callback;
     peer_failure_arg_ = arg;
   }
+  void set_recv_sink(rdmx_recv_sink_t sink, void* arg) noexcept {
+    recv_sink_ = sink;
+    recv_sink_arg_ = arg;
+  }
   int progress();
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
   int poll(std::uint32_t max_polls, std::uint64_t spin_gap_us);  // rdmx_worker_poll
@@ -483,6 +487,9 @@ class Worker {
   [[gnu::always_inline]] void deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader& header,
                                       const std::byte* body, const std::byte* payload,
                                       std::uint8_t pool, std::uint32_t buf);
+  // The receive an arriving message goes to (a posted one, else the sink's), or nullptr.
+  [[gnu::always_inline]] Request* match_recv(const Peer& peer, std::uint64_t tag);
+  Request* take_sink_recv();
   MsgDesc* keep_message(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload,
                         std::uint8_t pool, std::uint32_t buf);
   void deliver_batch(Peer& peer, const protocol::MsgHeader& header, const std::byte* payload);
@@ -727,6 +734,8 @@ class Worker {
   rdmx_peer_failure_cb_t peer_failure_cb_ = nullptr;
   void* peer_failure_arg_ = nullptr;
   std::vector<std::uint64_t> failed_uids_;
+  rdmx_recv_sink_t recv_sink_ = nullptr;  // rdmx_worker_set_recv_sink
+  void* recv_sink_arg_ = nullptr;
 
   // Message descriptors: a free list grown in chunks on the slow path.
   static constexpr std::size_t kDescChunk = 256;

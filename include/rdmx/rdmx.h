@@ -282,6 +282,18 @@ int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t s
                   uint64_t tag_mask, rdmx_request_t* request, rdmx_callback_t callback,
                   void* user_data);
 
+/* A receive sink: receives made on demand, for a host that takes every message as it comes
+ * (UCX's active messages) and would otherwise keep wildcard receives posted for them. A message
+ * that matches no posted receive, while no message waits unexpected (so order holds), goes to
+ * the sink, which returns storage for a request and a buffer of *capacity bytes: rdmx receives
+ * the message there as if rdmx_tag_recv(worker, *buffer, *capacity, RDMX_ANY_SOURCE, 0, 0,
+ * request, NULL, NULL) had been posted just before it (an eager message is done when progress
+ * returns, a rendezvous one later; truncation as there). NULL: the message waits unexpected, as
+ * without a sink, for a later receive. The sink runs inside progress, like callbacks, and must
+ * not call rdmx. NULL removes it. No probe sees a message the sink took. */
+typedef rdmx_request_t* (*rdmx_recv_sink_t)(void* arg, void** buffer, size_t* capacity);
+int rdmx_worker_set_recv_sink(rdmx_worker_t* worker, rdmx_recv_sink_t sink, void* arg);
+
 /* Looks for a matching unexpected message. Returns 1 and fills *status when found, else 0, or
  * RDMX_ERR_UNREACHABLE when nothing matches and `source` names a peer found dead (nothing more
  * can come from it: a probe loop on it ends).

@@ -12,12 +12,17 @@
  *                  out. An empty
  *                  pool is UCS_ERR_NO_RESOURCE, and UCP's pending requests run as descriptors
  *                  come back.
- *   receive        rx_queue_len wildcard receives of seg_size bytes, always posted. Progress runs
- *                  the worker, then hands the finished receives to the AM handlers in the order
- *                  they were posted, which is the order they matched: rdmx matches one sender's
- *                  messages in order (MPI's non-overtaking rule), so each endpoint's AMs arrive
- *                  in order. A message beyond the posted receives waits in rdmx's unexpected
- *                  queue: nothing is dropped.
+ *   receive        rx_queue_len descriptors of seg_size bytes in a ring, given to rdmx as its
+ *                  receive sink (rdmx_worker_set_recv_sink): each arriving message takes the next
+ *                  one as its receive, with no matching and no receive posted ahead. Progress
+ *                  runs the worker, then hands the finished receives to the AM handlers in ring
+ *                  order, which is arrival order: rdmx delivers one sender's messages in order
+ *                  (MPI's non-overtaking rule), so each endpoint's AMs arrive in order, a
+ *                  rendezvous one (an AM larger than rdmx sends eagerly) holding back those
+ *                  behind it until its data is in. With every descriptor taken, a message waits
+ *                  in rdmx's unexpected queue (nothing is dropped), and descriptors coming back
+ *                  are posted as wildcard receives for them, oldest first, until none waits;
+ *                  rdmx gives the sink no message while one waits, so order holds.
  *   flush          a zero-byte synchronous send (RDMX_SEND_SYNC) after the endpoint's messages:
  *                  it completes once the peer has matched it, so every message before it has
  *                  been matched there too; and the endpoint's sends rdmx still holds (a
@@ -104,7 +109,6 @@ typedef struct uct_rdmx_tx_desc {
 
 typedef struct uct_rdmx_rx_desc {
   rdmx_request_t req;
-  int posted;
 } uct_rdmx_rx_desc_t;
 
 /* A flush marker in flight, and a flush call waiting for one. */
@@ -147,7 +151,10 @@ typedef struct uct_rdmx_iface {
   ucs_queue_head_t tx_inflight;
   char* rx_mem; /* rx_queue_len descriptors */
   unsigned rx_count;
-  unsigned rx_head; /* the receive posted first among those not handed over */
+  unsigned rx_head; /* the oldest receive not handed over */
+  unsigned rx_tail; /* the next descriptor to receive into */
+  unsigned rx_used; /* descriptors from rx_head to rx_tail */
+  int rx_starved;   /* the sink had none: messages may wait in rdmx's unexpected queue */
   ucs_list_link_t eps;
   unsigned pending_count;          /* pending requests on all endpoints */
   uint64_t progress_epoch;         /* progress calls, from 1 */
@@ -287,16 +294,55 @@ static uct_rdmx_rx_desc_t* uct_rdmx_rx_desc(uct_rdmx_iface_t* iface, unsigned i)
   return (uct_rdmx_rx_desc_t*)(iface->rx_mem + (size_t)i * iface->desc_size);
 }
 
-static void uct_rdmx_rx_post(uct_rdmx_iface_t* iface, uct_rdmx_rx_desc_t* rx) {
-  const int rc = rdmx_tag_recv(iface->worker, rx + 1, iface->seg_size, RDMX_ANY_SOURCE, 0, 0,
-                               &rx->req, NULL, NULL);
-  rx->posted = (rc == RDMX_OK);
-  if (rc != RDMX_OK) {
-    ucs_error(
-        "rdmx: posting a receive for active messages failed: %s (retried at the next "
-        "progress)",
-        rdmx_strerror(rc));
+/* The next free descriptor, taken (the caller receives into it), or NULL. */
+static uct_rdmx_rx_desc_t* uct_rdmx_rx_take(uct_rdmx_iface_t* iface) {
+  uct_rdmx_rx_desc_t* rx;
+  if (iface->rx_used == iface->rx_count) {
+    return NULL;
   }
+  rx = uct_rdmx_rx_desc(iface, iface->rx_tail);
+  iface->rx_tail = (iface->rx_tail + 1 == iface->rx_count) ? 0 : iface->rx_tail + 1;
+  ++iface->rx_used;
+  return rx;
+}
+
+/* rdmx's receive sink, inside rdmx's progress: an arriving message's receive. */
+static rdmx_request_t* uct_rdmx_rx_sink(void* arg, void** buffer, size_t* capacity) {
+  uct_rdmx_iface_t* iface = arg;
+  uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_take(iface);
+  if (rx == NULL) {
+    iface->rx_starved = 1;
+    return NULL;
+  }
+  *buffer = rx + 1;
+  *capacity = iface->seg_size;
+  return &rx->req;
+}
+
+/* After the sink had no descriptor: the messages waiting unexpected take free descriptors, as
+ * wildcard receives posted for them (each matches the oldest at once), until none waits; then the
+ * sink takes the next message again (rdmx gives it none while one waits, for order). */
+static void uct_rdmx_rx_drain(uct_rdmx_iface_t* iface) {
+  rdmx_status_t st;
+  while (rdmx_tag_probe(iface->worker, RDMX_ANY_SOURCE, 0, 0, &st, NULL) == 1) {
+    uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_take(iface);
+    int rc;
+    if (rx == NULL) {
+      return; /* more come back as the handlers run */
+    }
+    rc = rdmx_tag_recv(iface->worker, rx + 1, iface->seg_size, RDMX_ANY_SOURCE, 0, 0, &rx->req,
+                       NULL, NULL);
+    if (rc != RDMX_OK) {
+      iface->rx_tail = (iface->rx_tail == 0 ? iface->rx_count : iface->rx_tail) - 1;
+      --iface->rx_used;
+      ucs_error(
+          "rdmx: posting a receive for active messages failed: %s (retried at the next "
+          "progress)",
+          rdmx_strerror(rc));
+      return;
+    }
+  }
+  iface->rx_starved = 0;
 }
 
 /* ---- sends ------------------------------------------------------------------------------- */
@@ -991,20 +1037,18 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
   if (events > 0) {
     count += (unsigned)events;
   }
-  /* Arrivals, in the order their receives were posted (see the top of the file). */
-  for (;;) {
+  if (ucs_unlikely(iface->rx_starved)) {
+    uct_rdmx_rx_drain(iface);
+  }
+  /* Arrivals, in ring order (see the top of the file). */
+  while (iface->rx_used > 0) {
     uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_desc(iface, iface->rx_head);
     rdmx_status_t st;
-    int rc;
-    if (!rx->posted) {
-      uct_rdmx_rx_post(iface, rx);
-      break;
-    }
-    rc = rdmx_request_test(&rx->req, &st);
+    int rc = rdmx_request_test(&rx->req, &st);
     if (rc == RDMX_INPROGRESS) {
       break;
     }
-    iface->rx_head = (iface->rx_head + 1) % iface->rx_count;
+    iface->rx_head = (iface->rx_head + 1 == iface->rx_count) ? 0 : iface->rx_head + 1;
     if (rc == RDMX_OK && !(st.tag & RDMX_TAG_FLUSH)) {
       ++count;
       uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV,
@@ -1020,7 +1064,7 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
     } else if (rc != RDMX_OK) {
       ucs_debug("rdmx: a receive ended: %s", rdmx_strerror(rc));
     }
-    uct_rdmx_rx_post(iface, rx);
+    --iface->rx_used; /* the descriptor is free once its handler has returned */
   }
   /* After the arrivals: what a dead peer sent before it died reaches the handlers first. */
   if (iface->dead_count > 0) {
@@ -1400,12 +1444,13 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
   rdmx_worker_set_peer_failure_callback(self->worker, uct_rdmx_peer_failed, self);
   self->flushing_eps = 0;
   self->rx_head = 0;
+  self->rx_tail = 0;
+  self->rx_used = 0;
+  self->rx_starved = 0;
   for (i = 0; i < tx_count; ++i) {
     uct_rdmx_tx_put(self, (uct_rdmx_tx_desc_t*)(self->tx_mem + (size_t)i * self->desc_size));
   }
-  for (i = 0; i < self->rx_count; ++i) {
-    uct_rdmx_rx_post(self, uct_rdmx_rx_desc(self, i));
-  }
+  rdmx_worker_set_recv_sink(self->worker, uct_rdmx_rx_sink, self);
   uct_rdmx_rma_init(self, md, port, tx_count);
   ucs_debug("%s on %s: seg_size %zu, %u receives, %zu send buffers", tl_name,
             params->mode.device.dev_name, self->seg_size, self->rx_count, tx_count);
