@@ -396,9 +396,11 @@ inline void Worker::deliver_in_order(Peer& p, const protocol::MsgHeader& h, cons
 inline Request* Worker::match_recv(const Peer& peer, std::uint64_t tag) {
   // With a sink and nothing posted, no matching at all (UCX's AMs take this way).
   if (recv_sink_ == nullptr || matcher_.posted_count() != 0) [[likely]] {
-    protocol::PostedRecv* pr = matcher_.match_message(peer.index, tag);
-    if (pr != nullptr || recv_sink_ == nullptr) [[likely]] {
-      return pr != nullptr ? owner_of(pr) : nullptr;
+    if (protocol::PostedRecv* pr = matcher_.match_message(peer.index, tag)) {
+      return owner_of(pr);
+    }
+    if (recv_sink_ == nullptr) [[likely]] {
+      return nullptr;  // unexpected
     }
   }
   // The sink's only when no message waits unexpected: it would be received before them.

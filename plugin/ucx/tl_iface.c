@@ -294,26 +294,29 @@ static uct_rdmx_rx_desc_t* uct_rdmx_rx_desc(uct_rdmx_iface_t* iface, unsigned i)
   return (uct_rdmx_rx_desc_t*)(iface->rx_mem + (size_t)i * iface->desc_size);
 }
 
-/* The next free descriptor, taken (the caller receives into it), or NULL. */
-static uct_rdmx_rx_desc_t* uct_rdmx_rx_take(uct_rdmx_iface_t* iface) {
-  uct_rdmx_rx_desc_t* rx;
+/* The descriptor the next message goes into, or NULL while every one is in use. */
+static uct_rdmx_rx_desc_t* uct_rdmx_rx_next(uct_rdmx_iface_t* iface) {
   if (iface->rx_used == iface->rx_count) {
     return NULL;
   }
-  rx = uct_rdmx_rx_desc(iface, iface->rx_tail);
+  return uct_rdmx_rx_desc(iface, iface->rx_tail);
+}
+
+/* The descriptor uct_rdmx_rx_next gave now receives a message. */
+static void uct_rdmx_rx_taken(uct_rdmx_iface_t* iface) {
   iface->rx_tail = (iface->rx_tail + 1 == iface->rx_count) ? 0 : iface->rx_tail + 1;
   ++iface->rx_used;
-  return rx;
 }
 
 /* rdmx's receive sink, inside rdmx's progress: an arriving message's receive. */
 static rdmx_request_t* uct_rdmx_rx_sink(void* arg, void** buffer, size_t* capacity) {
   uct_rdmx_iface_t* iface = arg;
-  uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_take(iface);
+  uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_next(iface);
   if (rx == NULL) {
     iface->rx_starved = 1;
     return NULL;
   }
+  uct_rdmx_rx_taken(iface);
   *buffer = rx + 1;
   *capacity = iface->seg_size;
   return &rx->req;
@@ -325,7 +328,7 @@ static rdmx_request_t* uct_rdmx_rx_sink(void* arg, void** buffer, size_t* capaci
 static void uct_rdmx_rx_drain(uct_rdmx_iface_t* iface) {
   rdmx_status_t st;
   while (rdmx_tag_probe(iface->worker, RDMX_ANY_SOURCE, 0, 0, &st, NULL) == 1) {
-    uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_take(iface);
+    uct_rdmx_rx_desc_t* rx = uct_rdmx_rx_next(iface);
     int rc;
     if (rx == NULL) {
       return; /* more come back as the handlers run */
@@ -333,14 +336,13 @@ static void uct_rdmx_rx_drain(uct_rdmx_iface_t* iface) {
     rc = rdmx_tag_recv(iface->worker, rx + 1, iface->seg_size, RDMX_ANY_SOURCE, 0, 0, &rx->req,
                        NULL, NULL);
     if (rc != RDMX_OK) {
-      iface->rx_tail = (iface->rx_tail == 0 ? iface->rx_count : iface->rx_tail) - 1;
-      --iface->rx_used;
       ucs_error(
           "rdmx: posting a receive for active messages failed: %s (retried at the next "
           "progress)",
           rdmx_strerror(rc));
       return;
     }
+    uct_rdmx_rx_taken(iface);
   }
   iface->rx_starved = 0;
 }

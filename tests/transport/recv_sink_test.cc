@@ -26,7 +26,8 @@ constexpr std::size_t kSlots = 8;
 constexpr std::size_t kSlotBytes = 320000;
 constexpr std::uint64_t kPostedTag = std::uint64_t{1} << 40;  // the message a posted receive takes
 constexpr std::uint64_t kDoneTag = std::uint64_t{1} << 41;    // rank 1 to rank 0: all checked
-// Sizes cycled through: eager classes, then rendezvous (64 KiB and up on every transport).
+// Sizes cycled through: eager ones and rendezvous ones (64 KiB and up on every transport); a
+// rendezvous one at index 2, so that message kSlots + 2 is one.
 constexpr std::array<std::size_t, 8> kSizes = {0, 1, 65536, 64, 1000, 4000, 9000, 300000};
 constexpr std::size_t kMessages = 120;      // one by one (every 7th synchronous)
 constexpr std::size_t kBurst = 40;          // then posted back to back, 8 bytes each
@@ -38,6 +39,14 @@ std::size_t size_of(std::size_t i) {
 }
 std::uint8_t byte_of(std::size_t i, std::size_t k) {
   return static_cast<std::uint8_t>(i * 31 + k * 7 + 1);
+}
+// The bytes of message i.
+std::vector<std::uint8_t> message(std::size_t i) {
+  std::vector<std::uint8_t> bytes(size_of(i));
+  for (std::size_t k = 0; k < bytes.size(); ++k) {
+    bytes[k] = byte_of(i, k);
+  }
+  return bytes;
 }
 
 // The receiver's ring, given out by the sink in order, handed back in order.
@@ -69,20 +78,12 @@ rdmx_request_t* sink(void* arg, void** buffer, std::size_t* capacity) {
 
 void send_all(Rank& rank, Session& s) {
   rdmx_ep_t* ep = s.eps[1];
-  std::vector<std::uint8_t> buf(kTruncated);
-  auto fill = [&](std::size_t i) {
-    for (std::size_t k = 0; k < size_of(i); ++k) {
-      buf[k] = byte_of(i, k);
-    }
-  };
-  rank.barrier();       // the receiver's sink is in place
-  rdmx_request_t held;  // message kSlots + 2, from its own buffer (zero-copy rendezvous)
-  std::vector<std::uint8_t> held_buf(size_of(kSlots + 2));
-  for (std::size_t k = 0; k < held_buf.size(); ++k) {
-    held_buf[k] = byte_of(kSlots + 2, k);
-  }
+  rank.barrier();  // the receiver's sink is in place
+  // Message kSlots + 2 waits while later ones are sent: its bytes (sent zero-copy) stay apart.
+  const std::vector<std::uint8_t> held_bytes = message(kSlots + 2);
+  rdmx_request_t held;
   for (std::size_t i = 0; i < kMessages; ++i) {
-    fill(i);
+    const std::vector<std::uint8_t> bytes = message(i);
     rdmx_request_t req;
     // Message kSlots + 1 must leave before the barrier (not wait coalesced for a progress call).
     unsigned flags = 0;
@@ -93,12 +94,12 @@ void send_all(Rank& rank, Session& s) {
     }
     if (i == kSlots + 2) {
       // A rendezvous send, and an eager one behind it, both waiting unexpected at once.
-      RDMX_CHECK_OK(
-          rank, rdmx_tag_send(ep, held_buf.data(), size_of(i), i, flags, &held, nullptr, nullptr));
+      RDMX_CHECK_OK(rank, rdmx_tag_send(ep, held_bytes.data(), size_of(i), i, flags, &held, nullptr,
+                                        nullptr));
       continue;
     }
     RDMX_CHECK_OK(rank,
-                  rdmx_tag_send(ep, buf.data(), size_of(i), i, flags, &req, nullptr, nullptr));
+                  rdmx_tag_send(ep, bytes.data(), size_of(i), i, flags, &req, nullptr, nullptr));
     RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, nullptr, "send"));
     if (i == kSlots + 3) {
       RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &held, nullptr, "rendezvous send"));
@@ -112,17 +113,15 @@ void send_all(Rank& rank, Session& s) {
       RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, nullptr, "send to the posted"));
     }
   }
-  std::vector<std::vector<std::uint8_t>> small(kBurst, std::vector<std::uint8_t>(8));
+  std::vector<std::vector<std::uint8_t>> small(kBurst);
   std::vector<rdmx_request_t> reqs(kBurst + 1);
   for (std::size_t j = 0; j < kBurst; ++j) {
-    for (std::size_t k = 0; k < 8; ++k) {
-      small[j][k] = byte_of(kMessages + j, k);
-    }
+    small[j] = message(kMessages + j);
     RDMX_CHECK_OK(
         rank, rdmx_tag_send(ep, small[j].data(), 8, kMessages + j, 0, &reqs[j], nullptr, nullptr));
   }
-  fill(kMessages + kBurst);
-  RDMX_CHECK_OK(rank, rdmx_tag_send(ep, buf.data(), kTruncated, kMessages + kBurst, 0,
+  const std::vector<std::uint8_t> big = message(kMessages + kBurst);
+  RDMX_CHECK_OK(rank, rdmx_tag_send(ep, big.data(), kTruncated, kMessages + kBurst, 0,
                                     &reqs[kBurst], nullptr, nullptr));
   for (auto& r : reqs) {
     RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "burst send"));
