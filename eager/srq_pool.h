@@ -108,10 +108,18 @@ class SrqPool {
   void on_completion(std::uint32_t index) noexcept {
     --posted_now_;
     ++counters_.consumed;
+    *moved_ = true;
     (void)index;
   }
   // The caller is done with a buffer: it goes back to the free stack (reposted by refill()).
-  void release(std::uint32_t index) noexcept { free_[free_count_++] = index; }
+  void release(std::uint32_t index) noexcept {
+    free_[free_count_++] = index;
+    *moved_ = true;
+  }
+  // The flag on_completion() and release() set: the only calls after which wants_refill() or
+  // the watermark test can turn true, so an owner polling several pools looks at them only when
+  // its flag is set, not on every call.
+  void watch(bool* moved) noexcept { moved_ = moved; }
   // The caller keeps the buffer for now; counts it. Only when can_hold().
   void note_held() noexcept { ++counters_.held; }
   // Counts every buffer the caller has not released yet (this one, and the rest of a poll batch)
@@ -169,6 +177,8 @@ class SrqPool {
   std::uint32_t free_count_ = 0;
   std::uint32_t posted_now_ = 0;
   bool armed_ = false;
+  bool moved_unwatched_ = false;
+  bool* moved_ = &moved_unwatched_;
   PoolCounters counters_;
 };
 

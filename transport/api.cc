@@ -178,6 +178,18 @@ int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag
                               rdmx::transport::to_request(request), callback, user_data);
 }
 
+int rdmx_tag_inject(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag,
+                    unsigned flags) {
+  if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*ep->worker, /*own=*/true);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  return ep->worker->tag_inject(*ep->peer, buffer, length, tag, flags);
+}
+
 struct ibv_pd* rdmx_worker_pd(rdmx_worker_t* worker) {
   return worker == nullptr ? nullptr : worker->impl->pd();
 }

@@ -82,13 +82,21 @@ int Worker::progress() {
   if (send_completions_expected() || (progress_calls_ & 63) == 0) {
     events += ops_.poll_send(*this, send_cq_->get());
   }
+  // The pools only after a buffer was taken or given back since the last look (a ring or
+  // shared-memory message takes none), or while one is low or waits for its refill.
   bool low = false;
-  for (int c = 0; c < kNumPools; ++c) {
-    eager::SrqPool& pool = *pools_[c];
-    if (pool.wants_refill() && !(hold_refills_for_test_ && c < kNumClasses)) {
-      (void)pool.refill();
+  if (pools_moved_) {
+    bool again = false;
+    for (int c = 0; c < kNumPools; ++c) {
+      eager::SrqPool& pool = *pools_[c];
+      if (pool.wants_refill() && !(hold_refills_for_test_ && c < kNumClasses)) {
+        (void)pool.refill();
+      }
+      const bool pool_low = pool.posted() <= pool.params().watermark;
+      low |= pool_low;
+      again |= pool_low || pool.wants_refill();
     }
-    low |= pool.posted() <= pool.params().watermark;
+    pools_moved_ = again;
   }
   // Async events cost a read(2) (1.7 us in the guest): look every kAsyncEventPeriodUs (checked
   // every 256 calls), or at once when a pool is low (its limit event has probably fired and
@@ -163,7 +171,10 @@ int Worker::poll_rings() {
   int n = 0;
   // By index: a ring given while we deliver (it never is today) must not invalidate the loop.
   for (std::size_t i = 0; i < ring_peers_.size(); ++i) {
-    n += poll_ring(*ring_peers_[i]);
+    Peer& p = *ring_peers_[i];
+    if (p.rc.rx_ring->written()) {  // most rings are empty at most looks: no call for them
+      n += poll_ring(p);
+    }
   }
   return n;
 }

@@ -326,6 +326,38 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   }
 }
 
+// A send leaves now, in order after every earlier one to the peer, or not at all. It cannot when
+// the connection is not up yet, earlier sends to the peer wait or are packed, the
+// message is of rendezvous size, a send queue or the peer's credits are full, or (without
+// RDMX_SEND_FLUSH) it belongs in a batch: the first send after a progress call leaves at once,
+// the ones behind it before the next call are packed (a burst).
+inline int Worker::send_now(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                            unsigned flags) {
+  const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
+  if (length >= res_.rndv_thresh || length > limit || peer.state != PeerState::kConnected ||
+      peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.batch.count() != 0 ||
+      wants_coalesce(peer, length, flags, /*queued=*/false)) [[unlikely]] {
+    return RDMX_ERR_NO_RESOURCE;
+  }
+  const PostResult res = post_message(peer, protocol::MsgKind::kEager, tag, 0, buffer, length);
+  if (res == PostResult::kNoResource) [[unlikely]] {
+    return RDMX_ERR_NO_RESOURCE;
+  }
+  peer.send_epoch = progress_calls_;
+  return res == PostResult::kPosted ? RDMX_OK : RDMX_ERR_IO;
+}
+
+int Worker::tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                       unsigned flags) {
+  if ((buffer == nullptr && length != 0) || (flags & ~unsigned{RDMX_SEND_FLUSH}) != 0) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  if (peer.state == PeerState::kFailed) [[unlikely]] {
+    return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
+  }
+  return send_now(peer, buffer, length, tag, flags);
+}
+
 int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                      unsigned flags, Request* r, rdmx_callback_t callback, void* user_data) {
   if (r == nullptr || (buffer == nullptr && length != 0) ||
@@ -335,23 +367,19 @@ int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::ui
   if (peer.state == PeerState::kFailed) [[unlikely]] {
     return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
   }
-  // Above the threshold (and anything the peer's eager buffers cannot take): rendezvous.
-  const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
-  const bool rndv = length >= res_.rndv_thresh || length > limit;
   // An eager send without callback that leaves at once (the MTL's MPI_Send, UCT's am_short) is
   // done on return: the request is written once, as done, rather than initialised, posted and
   // completed: 72 instructions less per 8-byte MPI_Send (1,244 -> 1,172, bench-mpi --instr).
-  if (callback == nullptr && !rndv && (flags & RDMX_SEND_SYNC) == 0 &&
-      peer.state == PeerState::kConnected && peer.pending_head == nullptr &&
-      peer.pending_match_acks.empty() && peer.batch.count() == 0 &&
-      !wants_coalesce(peer, length, flags, /*queued=*/false)) [[likely]] {
-    const PostResult res = post_message(peer, protocol::MsgKind::kEager, tag, 0, buffer, length);
-    if (res != PostResult::kNoResource) [[likely]] {
-      init_done_send(r, length, tag, flags, res == PostResult::kPosted ? RDMX_OK : RDMX_ERR_IO);
-      peer.send_epoch = progress_calls_;
+  if (callback == nullptr && (flags & RDMX_SEND_SYNC) == 0) [[likely]] {
+    const int rc = send_now(peer, buffer, length, tag, flags);
+    if (rc != RDMX_ERR_NO_RESOURCE) [[likely]] {
+      init_done_send(r, length, tag, flags, rc);
       return RDMX_OK;
     }
   }
+  // Above the threshold (and anything the peer's eager buffers cannot take): rendezvous.
+  const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
+  const bool rndv = length >= res_.rndv_thresh || length > limit;
   init_request(r, ReqType::kSend, callback, user_data);
   r->peer = &peer;
   r->send_buffer = buffer;

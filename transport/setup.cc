@@ -499,6 +499,7 @@ void Worker::create_queues() {
   pools_[kPoolCtrl] = std::make_unique<eager::SrqPool>(*pd_, ctrl_pool_params());
   for (int c = 0; c < kNumPools; ++c) {
     eager::SrqPool* p = pools_[c].get();
+    p->watch(&pools_moved_);
     events_->on(IBV_EVENT_SRQ_LIMIT_REACHED, p->srq(), [this, p, c](const ibv_async_event&) {
       if (hold_refills_for_test_ && c < kNumClasses) {
         p->note_limit_event();  // hold_refills_for_test(false) refills, which re-arms

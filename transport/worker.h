@@ -197,6 +197,8 @@ class Worker {
 
   int tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
+  int tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                 unsigned flags);
   int tag_recv(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
                std::uint64_t mask, Request* request, rdmx_callback_t callback, void* user_data);
   int probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask, rdmx_status_t* status,
@@ -421,6 +423,10 @@ class Worker {
   // emulated guest every call and return costs a translated-block lookup. true: posted (or failed),
   // false: must queue.
   [[gnu::always_inline]] bool start_send(Peer& peer, Request* request);
+  // A standard eager send that leaves now (RDMX_OK, or RDMX_ERR_IO: its post failed), or
+  // RDMX_ERR_NO_RESOURCE with nothing done (send.cc says when).
+  [[gnu::always_inline]] int send_now(Peer& peer, const void* buffer, std::size_t length,
+                                      std::uint64_t tag, unsigned flags);
   // true: packed into the peer's batch and complete. queued: from the peer's pending FIFO.
   [[gnu::always_inline]] bool coalesce(Peer& peer, Request* request, bool queued);
   // Whether coalesce would take a send of `length` bytes with these Request::send_flags.
@@ -725,6 +731,7 @@ class Worker {
   std::uint32_t failed_early_ = 0;         // requests destroy() failed before teardown (its report)
   std::uint32_t send_descs_ = kSendDescs;  // per send context (size_send_contexts)
   bool hold_refills_for_test_ = false;     // debug::hold_srq_refills: the data classes' SRQs
+  bool pools_moved_ = true;                // SrqPool::watch: progress looks at the pools
   int failed_code_ = 0;                    // fail_worker: what every request gets from now on
   std::uint64_t port_down_us_ = 0;         // IBV_EVENT_PORT_ERR seen, no PORT_ACTIVE since
   std::uint32_t ud_qps_in_error_ = 0;      // bit c: ud_qp_[c]; bit kNumClasses: ctrl_qp_

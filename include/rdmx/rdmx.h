@@ -276,6 +276,17 @@ int rdmx_worker_set_peer_failure_callback(rdmx_worker_t* worker, rdmx_peer_failu
 
 int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags,
                   rdmx_request_t* request, rdmx_callback_t callback, void* user_data);
+/* A standard send that leaves now or not at all, with no request (as libfabric's fi_tinject):
+ * RDMX_OK when it is posted, in order behind every earlier send to the peer; the buffer is free
+ * again and nothing more will be reported of it. RDMX_ERR_NO_RESOURCE, with nothing done, when it
+ * cannot leave at once: the connection is still being set up, earlier sends to the peer still
+ * wait, a send queue or the peer's credits are full, the message is of rendezvous size (never
+ * injected), or, without RDMX_SEND_FLUSH, it is part of a burst that rdmx_tag_send would pack
+ * with others (see transport/README.md, "Coalescing"). Send it then with rdmx_tag_send, which
+ * queues it behind the others. flags: 0 or RDMX_SEND_FLUSH. Also RDMX_ERR_UNREACHABLE (the peer
+ * failed), RDMX_ERR_IO (the post failed), RDMX_ERR_INVALID_PARAM. Saves a request's set-up and
+ * test on the paths that send small messages one at a time (MPI_Send, UCT's am_short). */
+int rdmx_tag_inject(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags);
 /* RDMX_ERR_UNREACHABLE (nothing accepted) when `source` is a peer found dead and none of the
  * messages it sent before dying matches. */
 int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source, uint64_t tag,

@@ -55,6 +55,7 @@ typedef struct mca_mtl_rdmx_request {
   bool peer_failed; /* cancelled because its source is unreachable: an error, not a cancel */
   mca_mtl_rdmx_req_kind_t kind;
   bool free_buffer; /* buffer is ours (malloc'd by the datatype helpers) */
+  bool injected;    /* send(): sent by rdmx_tag_inject, done with no rdmx request */
 } mca_mtl_rdmx_request_t;
 
 /* Per peer process, in proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]. */

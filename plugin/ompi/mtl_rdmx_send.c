@@ -37,7 +37,19 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
   req->convertor = convertor;
   req->peer = proc;
   req->posted = false; /* pml cm recycles requests: never in the receive list as a send */
+  req->injected = false;
 
+  /* An MPI_Send that leaves at once (the usual small one) needs no rdmx request: it is done on
+   * return. Anything else (a connection being made, a full queue, a rendezvous size, a
+   * synchronous send) goes through one. */
+  if (MCA_MTL_RDMX_REQ_BLOCKING_SEND == req->kind && 0 == (flags & RDMX_SEND_SYNC)) {
+    ep = ompi_mtl_rdmx_ep_of(proc);
+    if (NULL != ep && RDMX_OK == rdmx_tag_inject(ep, start, length, rtag, flags)) {
+      req->injected = true;
+      req->status.error = RDMX_OK;
+      return OMPI_SUCCESS;
+    }
+  }
   for (;;) {
     ep = ompi_mtl_rdmx_ep_of(proc);
     rc =
@@ -78,8 +90,8 @@ int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicat
   (void)mtl;
   /* No pml request behind a blocking send: the request lives on this stack until done. Not
    * cleared: send_start sets every field this path reads, rdmx_tag_send writes req.rdmx and
-   * rdmx_request_test fills req.status (a memset of the whole request was ~25 instructions of
-   * an 8-byte MPI_Send's ~1,250). */
+   * rdmx_request_test fills req.status, or rdmx_tag_inject sent it (a memset of the whole request
+   * was ~25 instructions of an 8-byte MPI_Send's ~1,250). */
   req.kind = MCA_MTL_RDMX_REQ_BLOCKING_SEND;
   rc = send_start(comm, dest, tag, convertor, mode, &req);
   if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
@@ -87,7 +99,7 @@ int ompi_mtl_rdmx_send(struct mca_mtl_base_module_t* mtl, struct ompi_communicat
   }
   /* No callback: an eager send is done when rdmx_tag_send returns (rdmx took the data), so
    * MPI_Send returns without a progress call. Bounded: a peer that died fails the request. */
-  for (;;) {
+  while (!req.injected) {
     rc = rdmx_request_test(&req.rdmx, &req.status); /* no lock: rdmx reads the state atomically */
     if (RDMX_INPROGRESS != rc) {
       break;

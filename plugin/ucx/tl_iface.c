@@ -3,15 +3,17 @@
  * interface, of transport RC or UD, and UCT's active messages carried as rdmx messages.
  *
  *   tag            bits 0..7 the AM id; bit 8 set: a flush marker (no AM, never delivered)
- *   send           am_short / am_bcopy copy into a send descriptor of the interface's pool
- *                  (tx_queue_len of seg_size bytes) and post it with rdmx_tag_send; an eager
- *                  send is usually done inside the post and its descriptor goes back at once,
- *                  else (an AM larger than the worker sends eagerly goes by rdmx's rendezvous,
- *                  an RDMA write into the peer's posted receive) it waits in the in-flight
- *                  queue until progress finds it done. Descriptors are reused last in, first
- *                  out. An empty
- *                  pool is UCS_ERR_NO_RESOURCE, and UCP's pending requests run as descriptors
- *                  come back.
+ *   send           am_short / am_bcopy build the AM in the next free send descriptor of the
+ *                  interface's pool (tx_queue_len of seg_size bytes) and hand it to
+ *                  rdmx_tag_inject, which sends it at once with no request, leaving the
+ *                  descriptor free; when rdmx cannot (a burst it packs, a full queue, a
+ *                  connection being made) the descriptor is taken and sent with rdmx_tag_send:
+ *                  usually done inside the post, else (an AM larger than the worker sends
+ *                  eagerly goes by rdmx's rendezvous, an RDMA write into the peer's posted
+ *                  receive) it waits in the in-flight queue until progress finds it done.
+ *                  Descriptors are reused last in, first out. An empty pool is
+ *                  UCS_ERR_NO_RESOURCE, and UCP's pending requests run as descriptors come
+ *                  back.
  *   receive        rx_queue_len descriptors of seg_size bytes in a ring, given to rdmx as its
  *                  receive sink (rdmx_worker_set_recv_sink): each arriving message takes the next
  *                  one as its receive, with no matching and no receive posted ahead. Progress
@@ -362,6 +364,15 @@ static uct_rdmx_tx_desc_t* uct_rdmx_tx_get(uct_rdmx_iface_t* iface) {
   return ucs_queue_pull_elem_non_empty(&iface->tx_free, uct_rdmx_tx_desc_t, elem);
 }
 
+/* The next free descriptor, left in the pool: an AM that rdmx injects needs it only while the AM
+ * is built in it (uct_rdmx_tx_send). */
+static uct_rdmx_tx_desc_t* uct_rdmx_tx_peek(uct_rdmx_iface_t* iface) {
+  if (ucs_queue_is_empty(&iface->tx_free)) {
+    return NULL;
+  }
+  return ucs_queue_head_elem_non_empty(&iface->tx_free, uct_rdmx_tx_desc_t, elem);
+}
+
 static ucs_status_t uct_rdmx_ep_mark(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp);
 
 /* Whether an operation (a put or get when `rma`, else an AM or a flush) must wait for the
@@ -413,6 +424,25 @@ static ucs_status_t uct_rdmx_tx_post(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
   return UCS_OK;
 }
 
+/* Sends `length` bytes built in `desc`, the pool's next free descriptor (uct_rdmx_tx_peek), as
+ * AM `id`. Injected when rdmx sends it at once, with no request (a ping-pong's every AM): the
+ * descriptor stays free. Else (a burst rdmx packs, a connection still being made, a full queue,
+ * a rendezvous size) through a request, which holds the descriptor until the send is done. */
+static ucs_status_t uct_rdmx_tx_send(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
+                                     uct_rdmx_tx_desc_t* desc, size_t length, uint8_t id) {
+  const int rc = rdmx_tag_inject(ep->ep, uct_rdmx_tx_data(desc), length, id, 0);
+  if (ucs_likely(rc == RDMX_OK)) {
+    ep->unflushed = 1;
+    return UCS_OK;
+  }
+  if (rc != RDMX_ERR_NO_RESOURCE) {
+    ucs_error("rdmx: an active message (id %u, %zu bytes) failed: %s", id, length,
+              rdmx_strerror(rc));
+    return uct_rdmx_status(rc);
+  }
+  return uct_rdmx_tx_post(iface, ep, uct_rdmx_tx_get(iface), length, id);
+}
+
 static ucs_status_t uct_rdmx_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
                                          const void* payload, unsigned length) {
   uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
@@ -425,13 +455,13 @@ static ucs_status_t uct_rdmx_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t he
   if (uct_rdmx_ep_fence_blocked(ep, 0)) {
     return UCS_ERR_NO_RESOURCE;
   }
-  desc = uct_rdmx_tx_get(iface);
+  desc = uct_rdmx_tx_peek(iface);
   if (desc == NULL) {
     return UCS_ERR_NO_RESOURCE;
   }
   uct_am_short_fill_data(uct_rdmx_tx_data(desc), header, payload, length);
   UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, total);
-  return uct_rdmx_tx_post(iface, ep, desc, total, id);
+  return uct_rdmx_tx_send(iface, ep, desc, total, id);
 }
 
 static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack_cb,
@@ -447,7 +477,7 @@ static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callbac
   if (uct_rdmx_ep_fence_blocked(ep, 0)) {
     return UCS_ERR_NO_RESOURCE;
   }
-  desc = uct_rdmx_tx_get(iface);
+  desc = uct_rdmx_tx_peek(iface);
   if (desc == NULL) {
     return UCS_ERR_NO_RESOURCE;
   }
@@ -457,7 +487,7 @@ static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callbac
   ucs_assertv_always(length <= iface->seg_size, "rdmx: am_bcopy packed %zu bytes, max_bcopy %zu",
                      length, iface->seg_size);
   UCT_TL_EP_STAT_OP(&ep->super, AM, BCOPY, length);
-  status = uct_rdmx_tx_post(iface, ep, desc, length, id);
+  status = uct_rdmx_tx_send(iface, ep, desc, length, id);
   return (status == UCS_OK) ? (ssize_t)length : status;
 }
 
