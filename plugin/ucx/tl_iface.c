@@ -435,12 +435,14 @@ static ucs_status_t uct_rdmx_tx_send(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
     ep->unflushed = 1;
     return UCS_OK;
   }
-  if (rc != RDMX_ERR_NO_RESOURCE) {
+  if (rc == RDMX_ERR_NO_RESOURCE) {
+    return uct_rdmx_tx_post(iface, ep, uct_rdmx_tx_get(iface), length, id);
+  }
+  if (rc == RDMX_ERR_IO) { /* a dead peer's status (unreachable) says enough by itself */
     ucs_error("rdmx: an active message (id %u, %zu bytes) failed: %s", id, length,
               rdmx_strerror(rc));
-    return uct_rdmx_status(rc);
   }
-  return uct_rdmx_tx_post(iface, ep, uct_rdmx_tx_get(iface), length, id);
+  return uct_rdmx_status(rc);
 }
 
 static ucs_status_t uct_rdmx_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
