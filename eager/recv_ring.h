@@ -60,9 +60,8 @@ class RecvRing {
   // Whether the next slot shows a footer: one load, for a poller's look at every ring before it
   // peek()s (which checks the message) the few that are written.
   bool written() const noexcept {
-    const auto* fp = reinterpret_cast<const std::uint64_t*>(head_slot() + slot_size_ -
-                                                            protocol::kRingFooterSize);
-    return __atomic_load_n(fp, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(protocol::ring_footer_word(head_slot(), slot_size_), __ATOMIC_RELAXED) !=
+           0;
   }
   // The head slot's message was taken: clear it and move on.
   void pop() noexcept {

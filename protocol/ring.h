@@ -97,6 +97,15 @@ inline void ring_seal(std::byte* image, std::size_t length) noexcept {
   std::memcpy(image + padded, &footer, sizeof(footer));
 }
 
+// The footer word of the slot at `slot` (slot_size bytes, 8-aligned).
+inline std::uint64_t* ring_footer_word(std::byte* slot, std::size_t slot_size) noexcept {
+  return reinterpret_cast<std::uint64_t*>(slot + slot_size - kRingFooterSize);
+}
+inline const std::uint64_t* ring_footer_word(const std::byte* slot,
+                                             std::size_t slot_size) noexcept {
+  return reinterpret_cast<const std::uint64_t*>(slot + slot_size - kRingFooterSize);
+}
+
 struct RingPeek {
   enum Status : std::uint8_t {
     kEmpty,     // no footer: nothing written since the slot was cleared
@@ -111,8 +120,7 @@ struct RingPeek {
 // Receiver: what the slot at `slot` (slot_size bytes, 8-aligned) holds now.
 inline RingPeek ring_peek(const std::byte* slot, std::size_t slot_size) noexcept {
   // One 8-byte load, acquire: the check below reads the bytes in front of the footer after it.
-  const auto* fp = reinterpret_cast<const std::uint64_t*>(slot + slot_size - kRingFooterSize);
-  const std::uint64_t footer = __atomic_load_n(fp, __ATOMIC_ACQUIRE);
+  const std::uint64_t footer = __atomic_load_n(ring_footer_word(slot, slot_size), __ATOMIC_ACQUIRE);
   if (footer == 0) [[likely]] {
     return {};
   }
@@ -130,8 +138,7 @@ inline RingPeek ring_peek(const std::byte* slot, std::size_t slot_size) noexcept
 
 // Receiver: the message was taken; the slot reads empty until the sender fills it again.
 inline void ring_clear(std::byte* slot, std::size_t slot_size) noexcept {
-  auto* fp = reinterpret_cast<std::uint64_t*>(slot + slot_size - kRingFooterSize);
-  __atomic_store_n(fp, std::uint64_t{0}, __ATOMIC_RELEASE);
+  __atomic_store_n(ring_footer_word(slot, slot_size), std::uint64_t{0}, __ATOMIC_RELEASE);
 }
 
 // Sender-side credit arithmetic on the cumulative counts (both wrap mod 2^32).

@@ -331,10 +331,15 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
 // rendezvous size, a send queue or the peer's credits are full, or (without RDMX_SEND_FLUSH) it
 // belongs in a batch: the first send after a progress call leaves at once, the ones behind it
 // before the next call are packed (a burst).
+// Above the threshold, and anything the peer's eager buffers cannot take.
+inline bool Worker::rendezvous_size(const Peer& peer, std::size_t length) const noexcept {
+  return length >= res_.rndv_thresh ||
+         length > std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
+}
+
 inline int Worker::send_now(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                             unsigned flags) {
-  const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
-  if (length >= res_.rndv_thresh || length > limit || peer.state != PeerState::kConnected ||
+  if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected ||
       peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.batch.count() != 0 ||
       wants_coalesce(peer, length, flags, /*queued=*/false)) [[unlikely]] {
     return RDMX_ERR_NO_RESOURCE;
@@ -377,9 +382,7 @@ int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::ui
       return RDMX_OK;
     }
   }
-  // Above the threshold (and anything the peer's eager buffers cannot take): rendezvous.
-  const std::size_t limit = std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
-  const bool rndv = length >= res_.rndv_thresh || length > limit;
+  const bool rndv = rendezvous_size(peer, length);
   init_request(r, ReqType::kSend, callback, user_data);
   r->peer = &peer;
   r->send_buffer = buffer;

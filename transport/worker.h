@@ -423,6 +423,8 @@ class Worker {
   // emulated guest every call and return costs a translated-block lookup. true: posted (or failed),
   // false: must queue.
   [[gnu::always_inline]] bool start_send(Peer& peer, Request* request);
+  // Whether a send of `length` bytes to `peer` goes by rendezvous.
+  bool rendezvous_size(const Peer& peer, std::size_t length) const noexcept;
   // A standard eager send that leaves now (RDMX_OK, or RDMX_ERR_IO: its post failed), or
   // RDMX_ERR_NO_RESOURCE with nothing done (send.cc says when).
   [[gnu::always_inline]] int send_now(Peer& peer, const void* buffer, std::size_t length,
