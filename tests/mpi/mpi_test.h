@@ -28,12 +28,17 @@ static const char* t_name = "?";
 #define T_SKIP_MARKER "RDMX_TEST_SKIPPED"
 
 static inline void t_fail(const char* file, int line, const char* fmt, ...) {
+  /* The line in one write: as several, another rank's output could land inside it. */
+  char msg[1024];
   va_list ap;
-  fprintf(stderr, "[%s rank %d] %s:%d: FAIL: ", t_name, t_rank, file, line);
+  int n = snprintf(msg, sizeof(msg), "[%s rank %d] %s:%d: FAIL: ", t_name, t_rank, file, line);
+  if (n < 0 || n >= (int)sizeof(msg)) {
+    n = 0;
+  }
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\n");
+  fprintf(stderr, "%s\n", msg);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 2);
   exit(2);
