@@ -326,17 +326,17 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   }
 }
 
-// A send leaves now, in order after every earlier one to the peer, or not at all. It cannot when
-// the connection is not up yet, earlier sends to the peer wait or are packed, the message is of
-// rendezvous size, a send queue or the peer's credits are full, or (without RDMX_SEND_FLUSH) it
-// belongs in a batch: the first send after a progress call leaves at once, the ones behind it
-// before the next call are packed (a burst).
 // Above the threshold, and anything the peer's eager buffers cannot take.
 inline bool Worker::rendezvous_size(const Peer& peer, std::size_t length) const noexcept {
   return length >= res_.rndv_thresh ||
          length > std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
 }
 
+// A send leaves now, in order after every earlier one to the peer, or not at all. It cannot when
+// the connection is not up yet, earlier sends to the peer wait or are packed, the message is of
+// rendezvous size, a send queue or the peer's credits are full, or (without RDMX_SEND_FLUSH) it
+// belongs in a batch: the first send after a progress call leaves at once, the ones behind it
+// before the next call are packed (a burst).
 inline int Worker::send_now(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                             unsigned flags) {
   if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected ||

@@ -32,8 +32,10 @@ static inline void t_fail(const char* file, int line, const char* fmt, ...) {
   char msg[1024];
   va_list ap;
   int n = snprintf(msg, sizeof(msg), "[%s rank %d] %s:%d: FAIL: ", t_name, t_rank, file, line);
-  if (n < 0 || n >= (int)sizeof(msg)) {
+  if (n < 0) {
     n = 0;
+  } else if (n >= (int)sizeof(msg)) {
+    n = (int)sizeof(msg) - 1; /* a truncated prefix, kept */
   }
   va_start(ap, fmt);
   vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
