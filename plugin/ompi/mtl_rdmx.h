@@ -91,6 +91,7 @@ typedef struct mca_mtl_rdmx_module {
   size_t dead_capacity;
   size_t dead_handled;
   bool warned_progress;
+  int yield_after_us; /* the parameter for this thread level, chosen at init; -1: never */
 } mca_mtl_rdmx_module_t;
 
 /* The MCA parameters (mtl_rdmx_*), registered in mtl_rdmx_component.c: one per rdmx setting
@@ -113,6 +114,7 @@ typedef struct mca_mtl_rdmx_params {
   int print_stats;             /* finalize prints rdmx_stats_t (also RDMX_STATS=1) */
   unsigned int progress_polls; /* rdmx polls per wait-loop turn while nothing happens, >= 1 */
   int yield_after_us;          /* rdmx_worker_idle's threshold; -1: never yield */
+  int threads_yield_after_us;  /* the same under MPI_THREAD_MULTIPLE */
 } mca_mtl_rdmx_params_t;
 
 /* A progress call that comes less than this after an idle one is a turn of a wait loop

@@ -65,6 +65,13 @@ int ompi_mtl_rdmx_output = -1;
 /* Off by default: hpcc np 4 (4 ranks on 2 vCPUs) ran 111-113 s against pml ucx 99-101 s with 100,
  * where it had been level without; the osu_bw gain with 100 was ~1 %. Opt in with a value >= 0. */
 #define MTL_RDMX_DEFAULT_YIELD_AFTER_US (-1)
+/* Under MPI_THREAD_MULTIPLE, Open MPI's waits (pml cm's, as ob1's) let one thread progress and
+ * park the others on condition variables; a completion wakes its thread, which then needs a CPU
+ * the progressing thread spins on. Soft-RoCE guest, np 2, 2 threads per rank, same-boot rounds:
+ * osu_latency_mt 8 B 155-521 us with 20 against 1018-2003 without (pml ucx 134-462), the rate
+ * 3x; 100 and 300 were erratic (plugin/ompi/README.md, "Progress"). 20 us is longer than a round
+ * trip on a real fabric, so its latency never meets the system call. */
+#define MTL_RDMX_DEFAULT_THREADS_YIELD_AFTER_US 20
 
 /* The mtl_rdmx_* parameters that mirror an rdmx setting (transport/settings.def), in its order
  * (the order ompi_info lists them in). */
@@ -174,6 +181,14 @@ static int component_register(void) {
       "else to run a yield returns at once",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->yield_after_us);
+  p->threads_yield_after_us = MTL_RDMX_DEFAULT_THREADS_YIELD_AFTER_US;
+  (void)mca_base_component_var_register(
+      &mca_mtl_rdmx_component.mtl_version, "threads_yield_after_us",
+      "yield_after_us under MPI_THREAD_MULTIPLE, where it replaces yield_after_us: Open MPI's "
+      "waits let one thread progress while the others sleep until a completion wakes them, and "
+      "a woken thread needs the CPU the progressing one spins on; -1: never",
+      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
+      MCA_BASE_VAR_SCOPE_READONLY, &p->threads_yield_after_us);
   ompi_mtl_rdmx_register_pvars();
   return OMPI_SUCCESS;
 }
@@ -382,6 +397,12 @@ static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
                       "mtl rdmx: srq depth %u [%s], low watermark %u [%s] (0: depth / 4)",
                       c->srq_depth, origin(P_srq_depth, o[0], 96), c->srq_low_watermark,
                       origin(P_srq_low_watermark, o[1], 96));
+  opal_output_verbose(1, ompi_mtl_rdmx_output,
+                      "mtl rdmx: thread mode %s; idle progress yields after %d us (-1: never; "
+                      "mtl_rdmx_%syield_after_us)",
+                      c->thread_mode == RDMX_THREAD_MODE_MULTI ? "multi" : "single",
+                      ompi_mtl_rdmx.yield_after_us,
+                      c->thread_mode == RDMX_THREAD_MODE_MULTI ? "threads_" : "");
 }
 
 static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
@@ -407,6 +428,8 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
   /* MPI_THREAD_MULTIPLE: rdmx locks its worker and gives each thread its own send context; the
    * MTL's lock then guards only the MTL's own lists (mtl_rdmx.h). Otherwise no lock at all. */
   config.thread_mode = enable_mpi_threads ? RDMX_THREAD_MODE_MULTI : RDMX_THREAD_MODE_SINGLE;
+  ompi_mtl_rdmx.yield_after_us = enable_mpi_threads ? ompi_mtl_rdmx_params.threads_yield_after_us
+                                                    : ompi_mtl_rdmx_params.yield_after_us;
   config.uid = mtl_rdmx_uid_of(&OPAL_PROC_MY_NAME);
   if (0 == config.uid || RDMX_ANY_SOURCE == config.uid) {
     opal_output(0, "mtl rdmx: process name %s gives no usable rdmx uid; rdmx MTL disabled.",
