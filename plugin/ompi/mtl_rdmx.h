@@ -91,7 +91,7 @@ typedef struct mca_mtl_rdmx_module {
   size_t dead_capacity;
   size_t dead_handled;
   bool warned_progress;
-  int yield_after_us; /* the parameter for this thread level, chosen at init; -1: never */
+  int idle_yield_us; /* (threads_)yield_after_us, chosen at init by the thread level */
 } mca_mtl_rdmx_module_t;
 
 /* The MCA parameters (mtl_rdmx_*), registered in mtl_rdmx_component.c: one per rdmx setting

@@ -62,8 +62,9 @@ int ompi_mtl_rdmx_output = -1;
  * osu_bw 8 B to 4 MiB did not move. 32 rather than pml ucx's 100 lets opal_progress's other
  * work run more often. */
 #define MTL_RDMX_DEFAULT_PROGRESS_POLLS 32
-/* Off by default: hpcc np 4 (4 ranks on 2 vCPUs) ran 111-113 s against pml ucx 99-101 s with 100,
- * where it had been level without; the osu_bw gain with 100 was ~1 %. Opt in with a value >= 0. */
+/* Off by default (single-threaded; threads have their own below): hpcc np 4 (4 ranks on 2 vCPUs)
+ * ran 111-113 s against pml ucx 99-101 s with 100, where it had been level without; the osu_bw
+ * gain with 100 was ~1 %. Opt in with a value >= 0. */
 #define MTL_RDMX_DEFAULT_YIELD_AFTER_US (-1)
 /* Under MPI_THREAD_MULTIPLE, Open MPI's waits (pml cm's, as ob1's) let one thread progress and
  * park the others on condition variables; a completion wakes its thread, which then needs a CPU
@@ -178,7 +179,8 @@ static int component_register(void) {
       "Microseconds of progress calls finding nothing after which each further idle call "
       "yields the CPU (sched_yield), as rdmx's own wait does; -1: never. On a software device "
       "(rxe, siw) the kernel does the RDMA work on the CPUs the ranks spin on; with nothing "
-      "else to run a yield returns at once",
+      "else to run a yield returns at once. Not under MPI_THREAD_MULTIPLE, where "
+      "threads_yield_after_us applies",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->yield_after_us);
   p->threads_yield_after_us = MTL_RDMX_DEFAULT_THREADS_YIELD_AFTER_US;
@@ -397,12 +399,12 @@ static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
                       "mtl rdmx: srq depth %u [%s], low watermark %u [%s] (0: depth / 4)",
                       c->srq_depth, origin(P_srq_depth, o[0], 96), c->srq_low_watermark,
                       origin(P_srq_low_watermark, o[1], 96));
+  const bool multi = c->thread_mode == RDMX_THREAD_MODE_MULTI;
   opal_output_verbose(1, ompi_mtl_rdmx_output,
-                      "mtl rdmx: thread mode %s; idle progress yields after %d us (-1: never; "
-                      "mtl_rdmx_%syield_after_us)",
-                      c->thread_mode == RDMX_THREAD_MODE_MULTI ? "multi" : "single",
-                      ompi_mtl_rdmx.yield_after_us,
-                      c->thread_mode == RDMX_THREAD_MODE_MULTI ? "threads_" : "");
+                      "mtl rdmx: thread mode %s; idle progress yields after %d us (-1: never) "
+                      "[mtl_rdmx_%syield_after_us]",
+                      multi ? "multi" : "single", ompi_mtl_rdmx.idle_yield_us,
+                      multi ? "threads_" : "");
 }
 
 static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
@@ -428,8 +430,8 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
   /* MPI_THREAD_MULTIPLE: rdmx locks its worker and gives each thread its own send context; the
    * MTL's lock then guards only the MTL's own lists (mtl_rdmx.h). Otherwise no lock at all. */
   config.thread_mode = enable_mpi_threads ? RDMX_THREAD_MODE_MULTI : RDMX_THREAD_MODE_SINGLE;
-  ompi_mtl_rdmx.yield_after_us = enable_mpi_threads ? ompi_mtl_rdmx_params.threads_yield_after_us
-                                                    : ompi_mtl_rdmx_params.yield_after_us;
+  ompi_mtl_rdmx.idle_yield_us = enable_mpi_threads ? ompi_mtl_rdmx_params.threads_yield_after_us
+                                                   : ompi_mtl_rdmx_params.yield_after_us;
   config.uid = mtl_rdmx_uid_of(&OPAL_PROC_MY_NAME);
   if (0 == config.uid || RDMX_ANY_SOURCE == config.uid) {
     opal_output(0, "mtl rdmx: process name %s gives no usable rdmx uid; rdmx MTL disabled.",

@@ -43,7 +43,7 @@ mca_mtl_rdmx_module_t ompi_mtl_rdmx = {
             .mtl_add_comm = ompi_mtl_rdmx_add_comm,
             .mtl_del_comm = ompi_mtl_rdmx_del_comm,
         },
-    .yield_after_us = -1, /* component_init sets it */
+    .idle_yield_us = -1, /* component_init sets it */
 };
 
 int ompi_mtl_rdmx_error(int rdmx_code) {
@@ -430,10 +430,11 @@ int ompi_mtl_rdmx_progress(void) {
   dead_news = ompi_mtl_rdmx.dead_handled != ompi_mtl_rdmx.dead_count;
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   /* A long wait yields the CPU, which a software device's kernel work needs (rdmx_worker_idle),
-   * and under threads the threads Open MPI woke. */
-  if (ompi_mtl_rdmx.yield_after_us >= 0) {
+   * and under threads the threads Open MPI woke. A call that found the worker busy with another
+   * thread's poll counts as idle here: that thread progresses for this one. */
+  if (ompi_mtl_rdmx.idle_yield_us >= 0) {
     rdmx_worker_idle(ompi_mtl_rdmx.worker, (events > 0 || NULL != r) ? 1 : 0,
-                     (uint32_t)ompi_mtl_rdmx.yield_after_us);
+                     (uint32_t)ompi_mtl_rdmx.idle_yield_us);
   }
   if (OPAL_UNLIKELY(dead_news)) {
     ompi_mtl_rdmx_handle_peer_failures(); /* mtl_rdmx_failure.c: calls rdmx, so not inside it */
