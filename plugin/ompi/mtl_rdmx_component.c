@@ -186,7 +186,7 @@ static int component_register(void) {
   p->threads_yield_after_us = MTL_RDMX_DEFAULT_THREADS_YIELD_AFTER_US;
   (void)mca_base_component_var_register(
       &mca_mtl_rdmx_component.mtl_version, "threads_yield_after_us",
-      "yield_after_us under MPI_THREAD_MULTIPLE, where it replaces yield_after_us: Open MPI's "
+      "Under MPI_THREAD_MULTIPLE, yield_after_us's replacement: Open MPI's "
       "waits let one thread progress while the others sleep until a completion wakes them, and "
       "a woken thread needs the CPU the progressing one spins on; -1: never",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
