@@ -128,15 +128,24 @@ TEST(Ring, CheckCoversEveryByteAndTheLength) {
 }
 
 TEST(Ring, SealPadsWithZeros) {
-  std::vector<std::byte> m(ring_image_size(33), std::byte{0xff});
-  ring_seal(m.data(), 33);
-  for (std::size_t i = 33; i < 40; ++i) {
-    EXPECT_EQ(m[i], std::byte{0}) << i;
+  // Every padding length (0 to 7 bytes), over stale bytes, in an image of exactly
+  // ring_image_size: the padding store must stay inside it.
+  for (std::size_t length = 32; length <= 40; ++length) {
+    std::vector<std::byte> m(ring_image_size(length), std::byte{0xff});
+    ring_seal(m.data(), length);
+    const std::size_t padded = ring_align8(length);
+    for (std::size_t i = length; i < padded; ++i) {
+      EXPECT_EQ(m[i], std::byte{0}) << length << " " << i;
+    }
+    for (std::size_t i = 0; i < length; ++i) {
+      EXPECT_EQ(m[i], std::byte{0xff}) << length << " " << i;
+    }
+    std::uint64_t f = 0;
+    std::memcpy(&f, m.data() + padded, 8);
+    EXPECT_EQ(f, ring_footer(ring_check(m.data(), length), length)) << length;
+    EXPECT_EQ(f >> 56, kRingMagic);
+    EXPECT_EQ((f >> 32) & 0xffff, length);
   }
-  std::uint64_t f = 0;
-  std::memcpy(&f, m.data() + 40, 8);
-  EXPECT_EQ(f >> 56, kRingMagic);
-  EXPECT_EQ((f >> 32) & 0xffff, 33u);
 }
 
 TEST(Ring, GeometryBounds) {

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "protocol/serial.h"
 
@@ -21,11 +21,15 @@ class OrderGuard {
  public:
   // window: a power of two, <= protocol::kMaxSeqWindow.
   explicit OrderGuard(std::size_t window, protocol::Seq first = 0)
-      : busy_(window, false), mask_(window - 1), next_(first), oldest_(first) {}
+      : busy_(std::make_unique<bool[]>(window)),
+        window_(window),
+        mask_(window - 1),
+        next_(first),
+        oldest_(first) {}
 
   // Whether the message with Seq next() may be posted now.
   bool can_send() const noexcept {
-    return static_cast<std::size_t>(protocol::seq_diff(next_, oldest_)) < busy_.size();
+    return static_cast<std::size_t>(protocol::seq_diff(next_, oldest_)) < window_;
   }
   protocol::Seq next() const noexcept { return next_; }
   protocol::Seq oldest() const noexcept { return oldest_; }
@@ -50,7 +54,10 @@ class OrderGuard {
   }
 
  private:
-  std::vector<bool> busy_;
+  // One bool per slot, not std::vector<bool>: its bit arithmetic cost ~25 instructions per RC
+  // message (callgrind, on_send and on_complete).
+  std::unique_ptr<bool[]> busy_;
+  std::size_t window_;
   std::size_t mask_;
   protocol::Seq next_;
   protocol::Seq oldest_;
