@@ -36,31 +36,21 @@ class CachedClock {
   static constexpr std::uint64_t kMinUsPerCycleQ32 = (std::uint64_t{1} << 32) / 10'000;
   static constexpr std::uint64_t kMaxUsPerCycleQ32 = (std::uint64_t{1} << 32) / 100;
 
+  // Inline in every caller (progress reads it on each call while a timer is armed): the TSC
+  // read and the interpolation; the kernel's clock, once a window, out of line.
   std::uint64_t now_us() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     const std::uint64_t tsc = __rdtsc();
     const std::uint64_t cycles = tsc - tsc_at_read_;
-    if (cycles < kFreshCycles) {
+    if (cycles < kFreshCycles) [[likely]] {
       // < 2^20 cycles times < 2^26: no overflow.
       last_us_ = std::max(last_us_, us_at_read_ + ((cycles * us_per_cycle_q32_) >> 32));
       return last_us_;
     }
-    const std::uint64_t us = read_monotonic_us();
-    // (A gap of 2^30 us or more, ~18 minutes, would overflow the shift: keep the old rate.)
-    if (read_before_ && tsc > tsc_at_read_ && us > us_at_read_ && us - us_at_read_ < (1u << 30)) {
-      const std::uint64_t rate = ((us - us_at_read_) << 32) / (tsc - tsc_at_read_);
-      if (rate >= kMinUsPerCycleQ32 && rate <= kMaxUsPerCycleQ32) {
-        us_per_cycle_q32_ = rate;
-      }
-    }
-    read_before_ = true;
-    tsc_at_read_ = tsc;
-    us_at_read_ = us;
+    return reread(tsc);
 #else
-    us_at_read_ = read_monotonic_us();
+    return reread(0);
 #endif
-    last_us_ = std::max(last_us_, us_at_read_);
-    return last_us_;
   }
 
   static std::uint64_t read_monotonic_us() noexcept {
@@ -71,6 +61,26 @@ class CachedClock {
   }
 
  private:
+  // The window has passed (or the first read): the kernel's clock, and the TSC's rate measured
+  // against it.
+  [[gnu::noinline]] std::uint64_t reread([[maybe_unused]] std::uint64_t tsc) noexcept {
+    const std::uint64_t us = read_monotonic_us();
+#if defined(__x86_64__) || defined(__i386__)
+    // (A gap of 2^30 us or more, ~18 minutes, would overflow the shift: keep the old rate.)
+    if (read_before_ && tsc > tsc_at_read_ && us > us_at_read_ && us - us_at_read_ < (1u << 30)) {
+      const std::uint64_t rate = ((us - us_at_read_) << 32) / (tsc - tsc_at_read_);
+      if (rate >= kMinUsPerCycleQ32 && rate <= kMaxUsPerCycleQ32) {
+        us_per_cycle_q32_ = rate;
+      }
+    }
+    read_before_ = true;
+    tsc_at_read_ = tsc;
+#endif
+    us_at_read_ = us;
+    last_us_ = std::max(last_us_, us_at_read_);
+    return last_us_;
+  }
+
   // Starts stale: the first read always asks the kernel.
   std::uint64_t tsc_at_read_ = ~std::uint64_t{0} - kFreshCycles;
   std::uint64_t us_at_read_ = 0;

@@ -58,10 +58,6 @@ bool Worker::header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
   return true;
 }
 
-std::uint64_t Worker::now_us() noexcept {
-  return clock_.now_us();
-}
-
 inline bool Worker::wants_coalesce(const Peer& peer, std::size_t length, unsigned send_flags,
                                    bool queued) const noexcept {
   // Standard sends only (a sync send waits for its match-ack; a rendezvous one for the

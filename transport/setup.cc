@@ -550,6 +550,10 @@ void Worker::create_ud_qps() {
     for (int c = 0; c < kNumClasses; ++c) {
       ud_qp_[c] = make_ud_qp(pools_[c]->srq_object(), kUdSendDepth);
       ud_sq_[c] = eager::SendQueue(ud_qp_[c]->get(), kUdSendDepth, kSignalEvery);
+      ud_wr_[c].opcode = IBV_WR_SEND;
+      ud_wr_[c].sg_list = &ud_sge_[c];
+      ud_wr_[c].num_sge = 1;
+      ud_wr_[c].wr.ud.remote_qkey = kQkey;
     }
   }
 }

@@ -415,9 +415,11 @@ class Worker {
                                             const void* payload, std::size_t length);
   bool post_ud_ack(Peer& peer);
   // Posts `pool`'s UD bounce buffer `buf` of class `bcls` (header + payload, `total` bytes) to
-  // the peer's class-`cls` QP: 0, or the errno of SendQueue::post.
-  int post_ud_buffer(eager::SendPool& pool, Peer& peer, int cls, std::uint8_t bcls,
-                     std::uint32_t buf, std::size_t total, bool want_signal);
+  // the peer's class-`cls` QP: 0, or the errno of SendQueue::post. Inline in its callers, all
+  // in ud_send.cc.
+  [[gnu::always_inline]] int post_ud_buffer(eager::SendPool& pool, Peer& peer, int cls,
+                                            std::uint8_t bcls, std::uint32_t buf, std::size_t total,
+                                            bool want_signal);
   bool resend_ud(Peer& peer, std::uint32_t slot);
   // The eager path's steps are forced inline into their few callers (all in the same .cc): in an
   // emulated guest every call and return costs a translated-block lookup. true: posted (or failed),
@@ -442,11 +444,14 @@ class Worker {
   void send_match_ack(Peer& peer, std::uint32_t cookie);
   void run_ud_timers(std::uint64_t now_us);
   void run_rc_watchdog(std::uint64_t now_us);
-  void list_ud_timer(Peer& peer);
+  // Inline in every UD message's path (ud_channel.h); enlist_ud_timer, out of line, adds the
+  // peer to the list.
+  [[gnu::always_inline]] void list_ud_timer(Peer& peer);
+  void enlist_ud_timer(Peer& peer);
   // dead = false: the peer left cleanly (kDisconnect): only what is sent to it fails.
   void fail_peer(Peer& peer, int code, const char* why, bool dead = true);
   void fail_pending(Peer& peer, int code);
-  std::uint64_t now_us() noexcept;  // clock_: late by a few microseconds at most
+  std::uint64_t now_us() noexcept { return clock_.now_us(); }  // late by a few us at most
 
   // --- liveness of quiet peers and failure reporting (liveness.cc)
   void run_watchdogs(std::uint64_t now_us);  // every kWatchdogPeriodUs, from progress
@@ -660,6 +665,11 @@ class Worker {
   eager::SendQueue ctrl_sq_;
   std::array<std::unique_ptr<verbs::QueuePair>, kNumClasses> ud_qp_;
   std::array<eager::SendQueue, kNumClasses> ud_sq_;
+  // Each UD QP's send WR, its constant fields set once (create_ud_qps): a post fills in only
+  // the buffer, the destination and the flags (post_ud_buffer), instead of building a whole
+  // WR each time. Serialized with ud_sq_[c]'s posts.
+  std::array<ibv_sge, kNumClasses> ud_sge_{};
+  std::array<ibv_send_wr, kNumClasses> ud_wr_{};
   // Rendezvous: the registration cache (its MRs go before the PD), the engine and, in UD mode,
   // the cap on on-demand RC connections.
   std::unique_ptr<rendezvous::RegCache> rcache_;

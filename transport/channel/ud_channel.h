@@ -3,6 +3,8 @@
 // Its posting, acks and timers are in ud_send.cc, the write connections in ud_write_qp.cc.
 #pragma once
 
+#include <algorithm>
+
 #include "transport/channel/channel.h"
 #include "transport/worker.h"
 
@@ -77,5 +79,17 @@ struct UdChannel {
     return p.ud.write_qp ? p.ud.write_qp->qp_num() : 0;
   }
 };
+
+// A peer with messages unacked either way waits in the timer list; inline in the paths of every
+// message sent and received.
+inline void Worker::list_ud_timer(Peer& peer) {
+  if (!peer.ud.timer_listed) [[unlikely]] {
+    enlist_ud_timer(peer);
+  }
+  const std::uint64_t due = std::min(peer.ud.tx->deadline_us(), peer.ud.ack->deadline_us());
+  if (due < next_ud_timer_us_) {
+    next_ud_timer_us_ = due;
+  }
+}
 
 }  // namespace rdmx::transport

@@ -51,6 +51,24 @@ static_assert(ud_slot_thread(ud_slot(1, 0xffff, 1, 4095)) == 4095 &&
 
 }  // namespace
 
+inline int Worker::post_ud_buffer(eager::SendPool& pool, Peer& peer, int cls, std::uint8_t bcls,
+                                  std::uint32_t buf, std::size_t total, bool want_signal) {
+  ibv_sge& sge = ud_sge_[cls];
+  sge.addr = reinterpret_cast<std::uintptr_t>(pool.buffer(bcls, buf));
+  sge.length = static_cast<std::uint32_t>(total);
+  sge.lkey = pool.lkey();
+  ibv_send_wr& wr = ud_wr_[cls];
+  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
+  wr.wr.ud.ah = peer.ah->get();
+  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
+  return ud_sq_[cls].post(pool, wr,
+                          eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
+                                                 .buf_class = bcls,
+                                                 .buf = buf,
+                                                 .want_signal = want_signal,
+                                                 .peer = &peer});
+}
+
 inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const void* body,
                                           std::size_t body_length, const void* payload,
                                           std::size_t length) {
@@ -100,27 +118,6 @@ inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, co
   peer.ud.ack->on_ack_sent();
   list_ud_timer(peer);
   return PostResult::kPosted;
-}
-
-int Worker::post_ud_buffer(eager::SendPool& pool, Peer& peer, int cls, std::uint8_t bcls,
-                           std::uint32_t buf, std::size_t total, bool want_signal) {
-  ibv_sge sge{.addr = reinterpret_cast<std::uintptr_t>(pool.buffer(bcls, buf)),
-              .length = static_cast<std::uint32_t>(total),
-              .lkey = pool.lkey()};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = total <= max_inline_ ? IBV_SEND_INLINE : 0;
-  wr.wr.ud.ah = peer.ah->get();
-  wr.wr.ud.remote_qpn = peer.address.ud_qpn[cls];
-  wr.wr.ud.remote_qkey = kQkey;
-  return ud_sq_[cls].post(pool, wr,
-                          eager::SendQueue::Post{.kind = protocol::WrKind::kSendInline,
-                                                 .buf_class = bcls,
-                                                 .buf = buf,
-                                                 .want_signal = want_signal,
-                                                 .peer = &peer});
 }
 
 bool Worker::send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::size_t length,
@@ -207,13 +204,9 @@ bool Worker::post_ud_ack(Peer& peer) {
   return true;
 }
 
-void Worker::list_ud_timer(Peer& peer) {
-  if (!peer.ud.timer_listed) {
-    peer.ud.timer_listed = true;
-    ud_timer_list_.push_back(&peer);
-  }
-  next_ud_timer_us_ =
-      std::min({next_ud_timer_us_, peer.ud.tx->deadline_us(), peer.ud.ack->deadline_us()});
+void Worker::enlist_ud_timer(Peer& peer) {
+  peer.ud.timer_listed = true;
+  ud_timer_list_.push_back(&peer);
 }
 
 void Worker::run_ud_timers(std::uint64_t now) {
