@@ -37,7 +37,8 @@ class CachedClock {
   static constexpr std::uint64_t kMaxUsPerCycleQ32 = (std::uint64_t{1} << 32) / 100;
 
   // Inline in every caller (progress reads it on each call while a timer is armed): the TSC
-  // read and the interpolation; the kernel's clock, once a window, out of line.
+  // read and the interpolation; the kernel's clock, once a window, out of line (on every read
+  // where there is no TSC).
   std::uint64_t now_us() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     const std::uint64_t tsc = __rdtsc();
