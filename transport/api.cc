@@ -170,12 +170,12 @@ int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag
   if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr || request == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  const Locked held(*ep->worker, /*own=*/true);
-  if (held.error() != RDMX_OK) [[unlikely]] {
-    return held.error();
+  Worker& w = *ep->worker;
+  Request* r = rdmx::transport::to_request(request);
+  if (w.multi()) [[unlikely]] {
+    return w.tag_send_multi(*ep->peer, buffer, length, tag, flags, r, callback, user_data);
   }
-  return ep->worker->tag_send(*ep->peer, buffer, length, tag, flags,
-                              rdmx::transport::to_request(request), callback, user_data);
+  return w.tag_send(*ep->peer, buffer, length, tag, flags, r, callback, user_data);
 }
 
 int rdmx_tag_inject(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag,
@@ -183,11 +183,11 @@ int rdmx_tag_inject(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t t
   if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  const Locked held(*ep->worker, /*own=*/true);
-  if (held.error() != RDMX_OK) [[unlikely]] {
-    return held.error();
+  Worker& w = *ep->worker;
+  if (w.multi()) [[unlikely]] {
+    return w.tag_inject_multi(*ep->peer, buffer, length, tag, flags);
   }
-  return ep->worker->tag_inject(*ep->peer, buffer, length, tag, flags);
+  return w.tag_inject(*ep->peer, buffer, length, tag, flags);
 }
 
 struct ibv_pd* rdmx_worker_pd(rdmx_worker_t* worker) {

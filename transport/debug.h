@@ -8,9 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "rdmx/rdmx.h"
+#include "transport/worker_lock.h"
 
 namespace rdmx::transport::debug {
 
@@ -82,9 +84,11 @@ struct SendContextCounts {
   std::uint64_t routed = 0;
 };
 std::vector<SendContextCounts> send_context_counts(rdmx_worker_t* worker);
-// Thread mode multi: holds the worker lock while the returned lock lives; the calls (not progress)
-// waiting for it now; the progress calls that returned at once because such a call waited.
-std::unique_lock<std::mutex> hold_worker_lock(rdmx_worker_t* worker);
+// Thread mode multi: holds the worker lock while the returned lock lives (or its shared side, as
+// an eager send does); the calls (not progress) waiting for it now; the progress calls that
+// returned at once because such a call waited.
+std::unique_lock<WorkerLock> hold_worker_lock(rdmx_worker_t* worker);
+std::shared_lock<WorkerLock> hold_worker_lock_shared(rdmx_worker_t* worker);
 int lock_waiters(const rdmx_worker_t* worker);
 std::uint64_t progress_deferrals(const rdmx_worker_t* worker);
 

@@ -333,19 +333,43 @@ inline bool Worker::rendezvous_size(const Peer& peer, std::size_t length) const 
 // rendezvous size, a send queue or the peer's credits are full, or (without RDMX_SEND_FLUSH) it
 // belongs in a batch: the first send after a progress call leaves at once, the ones behind it
 // before the next call are packed (a burst).
-inline int Worker::send_now(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
-                            unsigned flags) {
+inline int Worker::send_now(eager::SendPool& pool, Peer& peer, const void* buffer,
+                            std::size_t length, std::uint64_t tag, unsigned flags) {
   if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected ||
       peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.batch.count() != 0 ||
       wants_coalesce(peer, length, flags, /*queued=*/false)) [[unlikely]] {
     return RDMX_ERR_NO_RESOURCE;
   }
-  const PostResult res = post_message(peer, protocol::MsgKind::kEager, tag, 0, buffer, length);
+  const PostResult res =
+      post_message(pool, peer, protocol::MsgKind::kEager, tag, 0, nullptr, 0, buffer, length);
   if (res == PostResult::kNoResource) [[unlikely]] {
     return RDMX_ERR_NO_RESOURCE;
   }
   peer.send_epoch = progress_calls_;
   return res == PostResult::kPosted ? RDMX_OK : RDMX_ERR_IO;
+}
+
+int Worker::send_shared(ThreadCtx& tc, Peer& peer, const void* buffer, std::size_t length,
+                        std::uint64_t tag, unsigned flags) {
+  if (!lock_.try_lock_shared()) {
+    lock_wanted_.fetch_add(1, std::memory_order_relaxed);
+    lock_.lock_shared();
+    lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // While the shared side is held only other such sends run: nothing changes threads_ or the
+  // state that exclusive holders alone write (progress, wire-up, failures). The context is the
+  // thread's own; the peer's send state is post_mu's, UD's shared send state ud_post_mu_'s.
+  int rc = RDMX_ERR_NO_RESOURCE;
+  {
+    const std::lock_guard<std::mutex> post(peer.post_mu);
+    std::unique_lock<std::mutex> ud(ud_post_mu_, std::defer_lock);
+    if (ud_mode_) {
+      ud.lock();
+    }
+    rc = send_now(*tc.send, peer, buffer, length, tag, flags);
+  }
+  lock_.unlock_shared();
+  return rc;
 }
 
 int Worker::tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
@@ -356,7 +380,7 @@ int Worker::tag_inject(Peer& peer, const void* buffer, std::size_t length, std::
   if (peer.state == PeerState::kFailed) [[unlikely]] {
     return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
   }
-  return send_now(peer, buffer, length, tag, flags);
+  return send_now(*tx_->send, peer, buffer, length, tag, flags);
 }
 
 int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
@@ -372,9 +396,9 @@ int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::ui
   // done on return: the request is written once, as done, rather than initialised, posted and
   // completed: 72 instructions less per 8-byte MPI_Send (1,244 -> 1,172, bench-mpi --instr).
   if (callback == nullptr && (flags & RDMX_SEND_SYNC) == 0) [[likely]] {
-    const int rc = send_now(peer, buffer, length, tag, flags);
+    const int rc = send_now(*tx_->send, peer, buffer, length, tag, flags);
     if (rc != RDMX_ERR_NO_RESOURCE) [[likely]] {
-      init_done_send(r, length, tag, flags, rc);
+      init_done_send(r, length, tag, flags, rc, tx_->index);
       return RDMX_OK;
     }
   }

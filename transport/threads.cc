@@ -3,7 +3,8 @@
 // past a test of multi_.
 //
 // Lock order (transport/README.md, "Threads"). rdmx has one lock per worker, held only inside an
-// rdmx call: a host's own locks (the Open MPI MTL's list lock) come before it. rdmx never calls the
+// rdmx call: a host's own locks (the Open MPI MTL's list lock) come before it. An eager send that
+// leaves at once holds its shared side, then its peer's post lock (send_shared, send.cc). rdmx never calls the
 // host with it held: request and peer-failure callbacks run after progress_any, wait or destroy
 // released it (take_completions under the lock, run_completions after). So a callback may take
 // the host's locks, and the host may hold them across rdmx calls that run no callbacks (posts,
@@ -172,8 +173,50 @@ int Worker::enter_caller(bool own) noexcept {
   return RDMX_OK;
 }
 
+ThreadCtx* Worker::cached_ctx() noexcept {
+  // Only the thread's own context is cached: one it borrows (past max_threads) never is.
+  return t_ctx.serial == serial_ ? &threads_[t_ctx.index] : nullptr;
+}
+
+int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                           unsigned flags, Request* r, rdmx_callback_t callback, void* user_data) {
+  // tag_send's own fast case (no callback, not synchronous, leaves at once), without the lock.
+  if (r != nullptr && callback == nullptr && (buffer != nullptr || length == 0) &&
+      (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
+    if (ThreadCtx* tc = cached_ctx(); tc != nullptr) [[likely]] {
+      const int rc = send_shared(*tc, peer, buffer, length, tag, flags);
+      if (rc != RDMX_ERR_NO_RESOURCE) {
+        init_done_send(r, length, tag, flags, rc, tc->index);
+        return RDMX_OK;
+      }
+    }
+  }
+  const Locked held(*this, /*own=*/true);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  return tag_send(peer, buffer, length, tag, flags, r, callback, user_data);
+}
+
+int Worker::tag_inject_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                             unsigned flags) {
+  if ((buffer != nullptr || length == 0) && (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
+    if (ThreadCtx* tc = cached_ctx(); tc != nullptr) [[likely]] {
+      const int rc = send_shared(*tc, peer, buffer, length, tag, flags);
+      if (rc != RDMX_ERR_NO_RESOURCE) {
+        return rc;
+      }
+    }
+  }
+  const Locked held(*this, /*own=*/true);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  return tag_inject(peer, buffer, length, tag, flags);
+}
+
 void Worker::release_thread_ctx(Worker& w, std::uint16_t index, pid_t tid) {
-  const std::lock_guard<std::mutex> held(w.lock_);
+  const std::lock_guard<WorkerLock> held(w.lock_);
   if (index < w.threads_.size() && w.threads_[index].owner == tid) {
     w.threads_[index].owner = 0;  // its descriptors still retire into it; the next thread posts
   }
@@ -226,7 +269,7 @@ int Worker::progress_any() {
     progress_deferred_.fetch_add(1, std::memory_order_relaxed);
     return 0;  // a post, receive or cancel waits for the lock: it goes first
   }
-  std::unique_lock<std::mutex> held(lock_, std::try_to_lock);
+  std::unique_lock<WorkerLock> held(lock_, std::try_to_lock);
   if (!held.owns_lock()) {
     return 0;  // another thread polls: its callbacks deliver what it finds
   }
@@ -252,7 +295,7 @@ void Worker::destroy(Worker* w) {
     // lets threads waiting on those requests (or on anything) leave before freeing.
     Completions done;
     {
-      std::lock_guard<std::mutex> held(w->lock_);
+      std::lock_guard<WorkerLock> held(w->lock_);
       w->tx_ = &w->threads_[0];  // failing requests posts nothing
       w->failed_early_ += w->fail_active();
       done = w->take_completions();

@@ -111,6 +111,8 @@ void Worker::stats(rdmx_stats_t* out) const {
     s.rndv_reg_misses = r.misses;
   }
   for (const auto& p : peers_) {
+    s.ring_sends += p->rc.ring_sends;
+    s.shm_sends += p->shm.sends;
     s.shm_peers += p->shm.on() ? 1 : 0;
     s.rc_connections += p->ud.wqp_state != WriteQpState::kNone ? 1 : 0;
     s.num_qps += p->ud.write_qp ? 1 : 0;
@@ -119,9 +121,7 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.rc_retired = stat_rc_retired_;
   s.coalesced_msgs = stat_coalesced_msgs_;
   s.coalesced_batches = stat_coalesced_batches_;
-  s.ring_sends = stat_ring_sends_;
   s.ring_recvs = stat_ring_recvs_;
-  s.shm_sends = stat_shm_sends_;
   s.shm_recvs = stat_shm_recvs_;
   s.shm_cma_bytes = stat_cma_bytes_;
   s.idle_yields = stat_idle_yields_ + stat_idle_yields_mt_.load(std::memory_order_relaxed);
@@ -300,8 +300,12 @@ std::vector<SendContextCounts> send_context_counts(rdmx_worker_t* worker) {
   return worker->impl->send_context_counts();
 }
 
-std::unique_lock<std::mutex> hold_worker_lock(rdmx_worker_t* worker) {
-  return std::unique_lock<std::mutex>(worker->impl->lock_for_test());
+std::unique_lock<WorkerLock> hold_worker_lock(rdmx_worker_t* worker) {
+  return std::unique_lock<WorkerLock>(worker->impl->lock_for_test());
+}
+
+std::shared_lock<WorkerLock> hold_worker_lock_shared(rdmx_worker_t* worker) {
+  return std::shared_lock<WorkerLock>(worker->impl->lock_for_test());
 }
 
 int lock_waiters(const rdmx_worker_t* worker) {

@@ -8,7 +8,8 @@
 // the C functions.
 //
 // Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
-// context. MULTI takes the worker lock around every call (progress only if it is free), runs
+// context. MULTI takes the worker lock around every call (progress only if it is free; an eager
+// send that leaves at once only its shared side and the peer's post lock: send_shared), runs
 // callbacks after releasing it, and gives each calling thread a send context (ThreadCtx: its send
 // descriptors and bounce buffers, its index in every wr_id it posts). Whichever thread polls a
 // send completion routes it by the wr_id's thread field to the context that posted it.
@@ -48,6 +49,7 @@
 #include "transport/idle_backoff.h"
 #include "transport/peer.h"
 #include "transport/request.h"
+#include "transport/worker_lock.h"
 #include "verbs/async_event.h"
 #include "verbs/context.h"
 #include "verbs/cq.h"
@@ -199,6 +201,13 @@ class Worker {
                unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
   int tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                  unsigned flags);
+  // rdmx_tag_send and rdmx_tag_inject in MULTI mode (threads.cc): an eager send that leaves at
+  // once does so under the shared side of the worker lock (send_shared), the rest under the lock.
+  bool multi() const noexcept { return multi_; }
+  int tag_send_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                     unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
+  int tag_inject_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                       unsigned flags);
   int tag_recv(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
                std::uint64_t mask, Request* request, rdmx_callback_t callback, void* user_data);
   int probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask, rdmx_status_t* status,
@@ -260,7 +269,7 @@ class Worker {
   // debug::caller_send_context, debug::send_context_counts, debug::hold_worker_lock,
   // debug::lock_waiters, debug::progress_deferrals.
   int caller_send_context();
-  std::mutex& lock_for_test() noexcept { return lock_; }
+  WorkerLock& lock_for_test() noexcept { return lock_; }
   int lock_waiters() const noexcept { return lock_wanted_.load(std::memory_order_relaxed); }
   std::uint64_t progress_deferrals() const noexcept {
     return progress_deferred_.load(std::memory_order_relaxed);
@@ -310,6 +319,13 @@ class Worker {
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited
   // thread), or RDMX_ERR_TOO_MANY_THREADS / RDMX_ERR_NO_MEMORY; a context made whole.
   int lock_caller(bool own) noexcept;
+  // The calling thread's own context, if it has one cached for this worker; else nullptr.
+  ThreadCtx* cached_ctx() noexcept;
+  // send_now from context `tc` (the caller's own) under the shared side of lock_, the peer's
+  // post_mu and (UD) ud_post_mu_ (send.cc): RDMX_OK, RDMX_ERR_IO (the post failed), or
+  // RDMX_ERR_NO_RESOURCE with nothing done (not now: the caller takes the lock).
+  int send_shared(ThreadCtx& tc, Peer& peer, const void* buffer, std::size_t length,
+                  std::uint64_t tag, unsigned flags);
   int enter_caller(bool own) noexcept;
   void add_thread_ctx(pid_t owner);
   static std::uint64_t next_serial() noexcept;
@@ -378,15 +394,22 @@ class Worker {
   // --- send path (send.cc)
   // One outcome for every post, the rendezvous engine's hooks included.
   using PostResult = rendezvous::PostResult;
+  // From the calling thread's send context (tx_), or from `pool`.
   PostResult post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag, std::uint32_t aux,
                           const void* payload, std::size_t length) {
-    return post_message(peer, kind, tag, aux, nullptr, 0, payload, length);
+    return post_message(*tx_->send, peer, kind, tag, aux, nullptr, 0, payload, length);
   }
   // With the kind's body (body_length == protocol::body_size(kind)) between header and payload.
   PostResult post_message(Peer& peer, protocol::MsgKind kind, std::uint64_t tag, std::uint32_t aux,
                           const void* body, std::size_t body_length, const void* payload,
-                          std::size_t length);
-  bool post_rc_flush(Peer& peer, int cls);
+                          std::size_t length) {
+    return post_message(*tx_->send, peer, kind, tag, aux, body, body_length, payload, length);
+  }
+  PostResult post_message(eager::SendPool& pool, Peer& peer, protocol::MsgKind kind,
+                          std::uint64_t tag, std::uint32_t aux, const void* body,
+                          std::size_t body_length, const void* payload, std::size_t length);
+  bool post_rc_flush(Peer& peer, int cls) { return post_rc_flush(*tx_->send, peer, cls); }
+  bool post_rc_flush(eager::SendPool& pool, Peer& peer, int cls);
   void update_rc_credit_window() noexcept;
   protocol::Seq grant_credits(Peer& peer) noexcept;
   void maybe_grant(Peer& peer);
@@ -407,12 +430,14 @@ class Worker {
                       eager::SendQueue::Post* post, ibv_sge* sge, ibv_send_wr* wr) const;
   void on_rc_credits(Peer& peer, protocol::Seq limit);
   // Inlined into their channel's post (RcChannel::post, UdChannel::post), the one entry to them.
-  [[gnu::always_inline]] PostResult post_rc(Peer& peer, protocol::MsgHeader& header,
-                                            const void* body, std::size_t body_length,
-                                            const void* payload, std::size_t length);
-  [[gnu::always_inline]] PostResult post_ud(Peer& peer, protocol::MsgHeader& header,
-                                            const void* body, std::size_t body_length,
-                                            const void* payload, std::size_t length);
+  [[gnu::always_inline]] PostResult post_rc(eager::SendPool& pool, Peer& peer,
+                                            protocol::MsgHeader& header, const void* body,
+                                            std::size_t body_length, const void* payload,
+                                            std::size_t length);
+  [[gnu::always_inline]] PostResult post_ud(eager::SendPool& pool, Peer& peer,
+                                            protocol::MsgHeader& header, const void* body,
+                                            std::size_t body_length, const void* payload,
+                                            std::size_t length);
   bool post_ud_ack(Peer& peer);
   // Posts `pool`'s UD bounce buffer `buf` of class `bcls` (header + payload, `total` bytes) to
   // the peer's class-`cls` QP: 0, or the errno of SendQueue::post. Inline in its callers, all
@@ -429,8 +454,8 @@ class Worker {
   bool rendezvous_size(const Peer& peer, std::size_t length) const noexcept;
   // A standard eager send that leaves now (RDMX_OK, or RDMX_ERR_IO: its post failed), or
   // RDMX_ERR_NO_RESOURCE with nothing done (send.cc says when).
-  [[gnu::always_inline]] int send_now(Peer& peer, const void* buffer, std::size_t length,
-                                      std::uint64_t tag, unsigned flags);
+  [[gnu::always_inline]] int send_now(eager::SendPool& pool, Peer& peer, const void* buffer,
+                                      std::size_t length, std::uint64_t tag, unsigned flags);
   // true: packed into the peer's batch and complete. queued: from the peer's pending FIFO.
   [[gnu::always_inline]] bool coalesce(Peer& peer, Request* request, bool queued);
   // Whether coalesce would take a send of `length` bytes with these Request::send_flags.
@@ -613,7 +638,8 @@ class Worker {
   // --- requests
   void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data);
   // A send without callback that left (or failed) inside tag_send: written as done in one go.
-  void init_done_send(Request* r, std::size_t length, std::uint64_t tag, unsigned flags, int code);
+  void init_done_send(Request* r, std::size_t length, std::uint64_t tag, unsigned flags, int code,
+                      std::uint16_t thread);
   void activate(Request* r) noexcept;
   void deactivate(Request* r) noexcept;
   // Inlined into every caller: most are per message (an eager send completes as it is posted).
@@ -727,7 +753,11 @@ class Worker {
   // MULTI mode (threads.cc): set at creation; the worker lock; this worker's serial number (a
   // thread's cached context names it); threads inside rdmx_request_wait, which destroy lets go.
   bool multi_ = false;
-  std::mutex lock_;
+  WorkerLock lock_;
+  // UD's shared send state, for eager sends under the shared side of lock_ (after the peer's
+  // post_mu): the data QPs' send queues and WRs (ud_sq_, ud_wr_, ud_sge_), the timer list and
+  // its deadline, and clock_.
+  std::mutex ud_post_mu_;
   // Threads waiting for lock_ in a call that is not progress (lock_caller): while there are any,
   // progress_any leaves the lock to them (a poller that spins would otherwise take it back first
   // after each turn, and a blocking send would wait for its idle yield).
@@ -781,9 +811,7 @@ class Worker {
   std::uint64_t stat_rc_retired_ = 0;
   std::uint64_t stat_coalesced_msgs_ = 0;
   std::uint64_t stat_coalesced_batches_ = 0;
-  std::uint64_t stat_ring_sends_ = 0;
   std::uint64_t stat_ring_recvs_ = 0;
-  std::uint64_t stat_shm_sends_ = 0;
   std::uint64_t stat_shm_recvs_ = 0;
   std::uint64_t stat_cma_bytes_ = 0;
   std::uint64_t stat_idle_yields_ = 0;
@@ -808,7 +836,7 @@ inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, v
 }
 
 inline void Worker::init_done_send(Request* r, std::size_t length, std::uint64_t tag,
-                                   unsigned flags, int code) {
+                                   unsigned flags, int code, std::uint16_t thread) {
   // Only what a done send shows (rdmx_request_test, wait, cancel); nothing reads the other
   // fields of a done send (not linked anywhere), and whichever way the storage is posted again
   // writes them anew.
@@ -821,7 +849,7 @@ inline void Worker::init_done_send(Request* r, std::size_t length, std::uint64_t
   r->peer = nullptr;
   r->sync_slot = kNoIndex;
   r->rndv = 0;
-  r->thread = tx_->index;
+  r->thread = thread;
   r->active = false;
   std::atomic_ref<ReqState>(r->state).store(ReqState::kDone, std::memory_order_release);
 }
@@ -876,16 +904,17 @@ inline void Worker::complete(Request* r, int code) {
 
 // --- the send path's entry to the channel (chosen at setup: no mode test per message).
 
-inline Worker::PostResult Worker::post_message(Peer& peer, protocol::MsgKind kind,
-                                               std::uint64_t tag, std::uint32_t aux,
-                                               const void* body, std::size_t body_length,
-                                               const void* payload, std::size_t length) {
+inline Worker::PostResult Worker::post_message(eager::SendPool& pool, Peer& peer,
+                                               protocol::MsgKind kind, std::uint64_t tag,
+                                               std::uint32_t aux, const void* body,
+                                               std::size_t body_length, const void* payload,
+                                               std::size_t length) {
   protocol::MsgHeader h = protocol::make_header(kind);
   h.src_ep = peer.remote_index;
   h.payload_length = static_cast<std::uint32_t>(length);
   h.tag = tag;
   h.aux = aux;
-  return peer.post(*this, peer, h, body, body_length, payload, length);
+  return peer.post(*this, peer, pool, h, body, body_length, payload, length);
 }
 
 }  // namespace rdmx::transport

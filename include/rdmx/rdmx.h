@@ -26,9 +26,11 @@
  *   RDMX_THREAD_MODE_SERIALIZED  several threads, one at a time: the caller serializes (as MPI's
  *                                MPI_THREAD_SERIALIZED); rdmx adds nothing to either mode;
  *   RDMX_THREAD_MODE_MULTI       any thread at any time. rdmx locks the worker around each call
- *                                (its lock order: transport/README.md, "Threads"), lets one thread
- *                                poll at a time (a progress call that finds another thread
- *                                polling returns 0 at once) and runs callbacks with no lock held.
+ *                                but an eager send that leaves at once, which holds only its
+ *                                peer's lock beside other such sends (the lock order:
+ *                                transport/README.md, "Threads"); lets one thread poll at a
+ *                                time (a progress call that finds another thread polling
+ *                                returns 0 at once) and runs callbacks with no lock held.
  *                                Each thread that posts gets a send context of its own (send
  *                                descriptors and bounce buffers; its index is in every work
  *                                request's wr_id), up to rdmx_config_t.max_threads at once.

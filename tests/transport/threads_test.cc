@@ -174,6 +174,104 @@ TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
       RunOptions{.timeout = std::chrono::seconds(240)}));
 }
 
+// An eager send that leaves at once takes only the shared side of the worker lock (and its
+// peer's and UD's post locks): it goes out while another thread holds that side, where progress
+// and every other call wait. A synchronous send still takes the whole lock.
+TEST_P(ThreadsTest, EagerSendsTakeOnlyTheSharedSideOfTheLock) {
+  RDMX_REQUIRE_DEVICE();
+  const rdmx_transport_t transport = GetParam();
+  constexpr int kEager = 8;  // within UD's first congestion window and RC's credits
+  constexpr std::array<std::size_t, 4> kSizes = {8, 64, 200, 512};
+  ASSERT_TRUE(run_ranks(
+      2,
+      [&](Rank& rank) {
+        Session s = open_session(rank, device_for(rank.rank(), false), transport, multi);
+        quiesce(rank, s);
+        rdmx_worker_t* const w = s.worker;
+        if (rank.rank() == 0) {
+          std::atomic<int> sent{0};
+          std::atomic<bool> sync_posted{false};
+          rdmx_request_t sync_req;
+          std::vector<std::uint8_t> sync_buf(16, 0x5a);
+          std::atomic<bool> ready{false};
+          std::atomic<bool> go{false};
+          std::thread poster([&] {
+            // Its context first (made under the whole lock): a thread without one takes the lock.
+            RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
+            ready = true;
+            while (!go.load()) {
+              std::this_thread::yield();
+            }
+            std::vector<std::uint8_t> buf(512);
+            for (int i = 0; i < kEager; ++i) {
+              const std::size_t n = kSizes[i % kSizes.size()];
+              for (std::size_t k = 0; k < n; ++k) {
+                buf[k] = pattern(7, i, k);
+              }
+              rdmx_request_t req;
+              RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], buf.data(), n, tag_of(7, i), 0, &req,
+                                                nullptr, nullptr));
+              // Done on return: it left without progress.
+              RDMX_CHECK_OK(rank, rdmx_request_test(&req, nullptr));
+              sent.fetch_add(1);
+            }
+            RDMX_CHECK_OK(rank,
+                          rdmx_tag_send(s.eps[1], sync_buf.data(), sync_buf.size(), handoff_tag(7),
+                                        RDMX_SEND_SYNC, &sync_req, nullptr, nullptr));
+            sync_posted = true;
+          });
+          while (!ready.load()) {
+            std::this_thread::yield();
+          }
+          {
+            auto shared = transport::debug::hold_worker_lock_shared(w);
+            go = true;
+            const auto t0 = std::chrono::steady_clock::now();
+            while (sent.load() < kEager && seconds_since(t0) < 20.0) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+            RDMX_CHECK_EQ(rank, sent.load(), kEager);
+            // Progress cannot take the lock: it returns at once.
+            int progress_rc = -1;
+            std::thread([&] { progress_rc = rdmx_worker_progress(w); }).join();
+            RDMX_CHECK_EQ(rank, progress_rc, 0);
+            // The synchronous send waits for the whole lock.
+            while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 20.0) {
+              std::this_thread::yield();
+            }
+            RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+            RDMX_CHECK(rank, !sync_posted.load());
+          }
+          poster.join();
+          RDMX_CHECK(rank, sync_posted.load());
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
+        } else {
+          std::vector<std::uint8_t> buf(512);
+          for (int i = 0; i < kEager; ++i) {
+            rdmx_request_t req;
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0], tag_of(7, i),
+                                              kExact, &req, nullptr, nullptr));
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "eager receive"));
+            RDMX_CHECK_EQ(rank, st.length, kSizes[i % kSizes.size()]);
+            for (std::size_t k = 0; k < st.length; ++k) {
+              RDMX_CHECK_EQ(rank, buf[k], pattern(7, i, k));
+            }
+          }
+          rdmx_request_t req;
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0], handoff_tag(7),
+                                            kExact, &req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "synchronous receive"));
+          RDMX_CHECK_EQ(rank, st.length, 16u);
+          RDMX_CHECK_EQ(rank, buf[15], 0x5a);
+        }
+        quiesce(rank, s);
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(120)}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ThreadsTest,
                          ::testing::Values(RDMX_TRANSPORT_RC, RDMX_TRANSPORT_UD),
                          [](const ::testing::TestParamInfo<rdmx_transport_t>& p) {

@@ -22,7 +22,8 @@
 // transport has its iface's ops.
 //
 // The hooks a channel type provides (static members; all but post inline):
-//   post(w, peer, header, body, body_length, payload, length) -> PostResult
+//   post(w, peer, pool, header, body, body_length, payload, length) -> PostResult: from the send
+//       descriptors (and bounce buffers) of `pool`, the posting thread's
 //   stream_full(peer): no room for one more message in the peer's stream (window, credits)
 //   dropped_for_test(w): the test drop of ud_drop_rate (UD only) took this message
 //   admit(w, peer, header, wc, now): a data message from the SRQs, header valid: the channel's
@@ -43,6 +44,10 @@
 #include "protocol/wire.h"
 #include "rendezvous/engine.h"
 
+namespace rdmx::eager {
+class SendPool;
+}  // namespace rdmx::eager
+
 namespace rdmx::transport {
 
 class Worker;
@@ -58,8 +63,9 @@ enum class SendErrorScope : std::uint8_t {
 
 // The worker's entry points into its channel type's instantiations (Worker::choose_channel).
 struct ChannelOps {
-  rendezvous::PostResult (*post)(Worker& w, Peer& peer, protocol::MsgHeader& header,
-                                 const void* body, std::size_t body_length, const void* payload,
+  rendezvous::PostResult (*post)(Worker& w, Peer& peer, eager::SendPool& pool,
+                                 protocol::MsgHeader& header, const void* body,
+                                 std::size_t body_length, const void* payload,
                                  std::size_t length) = nullptr;
   bool (*stream_full)(const Peer& peer) = nullptr;
   int (*poll_recv)(Worker& w, ibv_cq* cq) = nullptr;  // up to kPollBatch completions

@@ -11,8 +11,9 @@
 namespace rdmx::transport {
 
 struct RcChannel {
-  static rendezvous::PostResult post(Worker& w, Peer& peer, protocol::MsgHeader& h,
-                                     const void* body, std::size_t body_length, const void* payload,
+  static rendezvous::PostResult post(Worker& w, Peer& peer, eager::SendPool& pool,
+                                     protocol::MsgHeader& h, const void* body,
+                                     std::size_t body_length, const void* payload,
                                      std::size_t length);  // rc_send.cc
   static bool stream_full(const Peer& p) noexcept {
     return !p.rc.guard->can_send() || !protocol::seq_lt(p.rc.guard->next(), p.rc.credit_limit);

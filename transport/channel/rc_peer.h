@@ -48,6 +48,7 @@ struct RcPeer {
   // into (polled by progress, in sequence order only). We offer ours once the peer has sent us
   // kRingOfferAfter messages in order (ring_countdown reaches 0; 0 from the start: never).
   TxRing tx_ring;
+  std::uint64_t ring_sends = 0;  // Worker::stats sums them (counted under the peer's post lock)
   std::optional<eager::RecvRing> rx_ring;  // a ring of Worker::ring_slab_
   std::uint32_t ring_countdown = 0;
   bool ring_offer_due = false;  // our kRingOffer waits for a send resource (flush_peer)

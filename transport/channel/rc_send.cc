@@ -83,7 +83,7 @@ void Worker::on_rc_credits(Peer& peer, protocol::Seq limit) {
   }
 }
 
-bool Worker::post_rc_flush(Peer& peer, int cls) {
+bool Worker::post_rc_flush(eager::SendPool& pool, Peer& peer, int cls) {
   // A zero-length RDMA write (no memory touched, no rkey checked: IBTA C9-88) that is signalled
   // and consumes no receive buffer at the peer: its completion retires the unsignalled sends
   // before it on this QP.
@@ -91,7 +91,7 @@ bool Worker::post_rc_flush(Peer& peer, int cls) {
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.num_sge = 0;
   const int rc = peer.rc.sq[cls].post(
-      *tx_->send, wr,
+      pool, wr,
       eager::SendQueue::Post{.kind = protocol::WrKind::kControl,
                              .want_signal = true,
                              .peer = &peer,  // its completion is progress for the watchdog
@@ -99,9 +99,9 @@ bool Worker::post_rc_flush(Peer& peer, int cls) {
   return rc == 0;
 }
 
-inline Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, const void* body,
-                                          std::size_t body_length, const void* payload,
-                                          std::size_t length) {
+inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, protocol::MsgHeader& h,
+                                          const void* body, std::size_t body_length,
+                                          const void* payload, std::size_t length) {
   // Bytes after the header: the kind's body (rendezvous messages) and the payload.
   const std::size_t wire = body_length + length;
   const std::size_t total = protocol::kHeaderSize + wire;
@@ -118,13 +118,12 @@ inline Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, co
   if (peer.rc.guard->outstanding() >= kRcOrderWindow / 2) [[unlikely]] {
     const int other = 1 - cls;
     if (peer.rc.sq[other].unsignaled_tail() != 0) {
-      (void)post_rc_flush(peer, other);
+      (void)post_rc_flush(pool, peer, other);
     }
   }
   if (RcChannel::stream_full(peer) || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
-  eager::SendPool& pool = *tx_->send;
   h.seq = peer.rc.guard->next();
   // Every RC message repeats our credit grant for the reverse direction, and carries a grant
   // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring
@@ -209,7 +208,7 @@ inline Worker::PostResult Worker::post_rc(Peer& peer, protocol::MsgHeader& h, co
   if (to_ring) {
     ring.head = ring.head + 1 == ring.slots ? 0 : ring.head + 1;
     ++ring.sent;
-    ++stat_ring_sends_;
+    ++peer.rc.ring_sends;
   }
   return PostResult::kPosted;
 }
@@ -280,10 +279,11 @@ void Worker::run_rc_watchdog(std::uint64_t now) {
 }
 
 // The channel's post (ChannelOps::post), with Worker::post_rc inlined.
-rendezvous::PostResult RcChannel::post(Worker& w, Peer& peer, protocol::MsgHeader& h,
-                                       const void* body, std::size_t body_length,
-                                       const void* payload, std::size_t length) {
-  return w.post_rc(peer, h, body, body_length, payload, length);
+rendezvous::PostResult RcChannel::post(Worker& w, Peer& peer, eager::SendPool& pool,
+                                       protocol::MsgHeader& h, const void* body,
+                                       std::size_t body_length, const void* payload,
+                                       std::size_t length) {
+  return w.post_rc(pool, peer, h, body, body_length, payload, length);
 }
 
 }  // namespace rdmx::transport

@@ -17,8 +17,9 @@
 namespace rdmx::transport {
 
 struct ShmChannel {
-  static rendezvous::PostResult post(Worker& w, Peer& peer, protocol::MsgHeader& h,
-                                     const void* body, std::size_t body_length, const void* payload,
+  static rendezvous::PostResult post(Worker& w, Peer& peer, eager::SendPool& pool,
+                                     protocol::MsgHeader& h, const void* body,
+                                     std::size_t body_length, const void* payload,
                                      std::size_t length);  // shm_send.cc
   static bool stream_full(const Peer& p) noexcept { return p.shm.tx.full(); }
 };

@@ -18,6 +18,7 @@ struct ShmPeer {
   std::unique_ptr<shm::Segment> segment;  // the peer's (nullptr for ourselves: our own)
   shm::Producer tx;                       // our ring in the peer's segment
   protocol::Seq next_seq = 0;
+  std::uint64_t sends = 0;  // Worker::stats sums them (counted under the peer's post lock)
 };
 
 }  // namespace rdmx::transport

@@ -101,9 +101,10 @@ int Worker::attach_shm(Peer& peer, const WorkerAddress& a) {
 
 // --- posting -----------------------------------------------------------------------------------
 
-rendezvous::PostResult ShmChannel::post(Worker& w, Peer& peer, protocol::MsgHeader& h,
-                                        const void* body, std::size_t body_length,
-                                        const void* payload, std::size_t length) {
+rendezvous::PostResult ShmChannel::post(Worker&, Peer& peer, eager::SendPool&,
+                                        protocol::MsgHeader& h, const void* body,
+                                        std::size_t body_length, const void* payload,
+                                        std::size_t length) {
   shm::Producer& tx = peer.shm.tx;
   if (peer.state == PeerState::kFailed) [[unlikely]] {
     return rendezvous::PostResult::kFailed;
@@ -121,7 +122,7 @@ rendezvous::PostResult ShmChannel::post(Worker& w, Peer& peer, protocol::MsgHead
   std::byte header[protocol::kHeaderSize];
   protocol::store_wire(header, h);
   tx.push(header, sizeof(header), body, body_length, payload, length);
-  ++w.stat_shm_sends_;
+  ++peer.shm.sends;
   return rendezvous::PostResult::kPosted;
 }
 

@@ -11,8 +11,9 @@
 namespace rdmx::transport {
 
 struct UdChannel {
-  static rendezvous::PostResult post(Worker& w, Peer& peer, protocol::MsgHeader& h,
-                                     const void* body, std::size_t body_length, const void* payload,
+  static rendezvous::PostResult post(Worker& w, Peer& peer, eager::SendPool& pool,
+                                     protocol::MsgHeader& h, const void* body,
+                                     std::size_t body_length, const void* payload,
                                      std::size_t length);  // ud_send.cc
   static bool stream_full(const Peer& p) noexcept {
     return !p.ud.tx->can_send() || p.ud.tx->in_flight() >= p.ud.cwnd;

@@ -69,9 +69,9 @@ inline int Worker::post_ud_buffer(eager::SendPool& pool, Peer& peer, int cls, st
                                                  .peer = &peer});
 }
 
-inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, const void* body,
-                                          std::size_t body_length, const void* payload,
-                                          std::size_t length) {
+inline Worker::PostResult Worker::post_ud(eager::SendPool& pool, Peer& peer, protocol::MsgHeader& h,
+                                          const void* body, std::size_t body_length,
+                                          const void* payload, std::size_t length) {
   const std::size_t wire = body_length + length;
   const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = ud_sq_[cls];
@@ -79,7 +79,6 @@ inline Worker::PostResult Worker::post_ud(Peer& peer, protocol::MsgHeader& h, co
   if (UdChannel::stream_full(peer) || !sq.has_room()) [[unlikely]] {
     return PostResult::kNoResource;
   }
-  eager::SendPool& pool = *tx_->send;
   const std::uint8_t bcls = wire <= res_.small_buf ? 0 : 1;
   std::uint32_t buf = 0;
   if (!pool.alloc_buffer(bcls, &buf)) [[unlikely]] {
@@ -133,7 +132,8 @@ bool Worker::send_raw_for_test(std::uint64_t peer_uid, const void* bytes, std::s
     auto h = protocol::load_wire<protocol::MsgHeader>(static_cast<const std::byte*>(bytes));
     h.src_ep = p->remote_index;
     const auto* rest = static_cast<const std::byte*>(bytes) + protocol::kHeaderSize;
-    return post_ud(*p, h, nullptr, 0, rest, length - protocol::kHeaderSize) == PostResult::kPosted;
+    return post_ud(pool, *p, h, nullptr, 0, rest, length - protocol::kHeaderSize) ==
+           PostResult::kPosted;
   }
   std::uint32_t buf = 0;
   if (!ud_sq_[0].has_room() || !pool.alloc_buffer(0, &buf)) {
@@ -281,10 +281,11 @@ void Worker::release_ud_window(Peer& peer) {
 }
 
 // The channel's post (ChannelOps::post), with Worker::post_ud inlined.
-rendezvous::PostResult UdChannel::post(Worker& w, Peer& peer, protocol::MsgHeader& h,
-                                       const void* body, std::size_t body_length,
-                                       const void* payload, std::size_t length) {
-  return w.post_ud(peer, h, body, body_length, payload, length);
+rendezvous::PostResult UdChannel::post(Worker& w, Peer& peer, eager::SendPool& pool,
+                                       protocol::MsgHeader& h, const void* body,
+                                       std::size_t body_length, const void* payload,
+                                       std::size_t length) {
+  return w.post_ud(pool, peer, h, body, body_length, payload, length);
 }
 
 }  // namespace rdmx::transport
