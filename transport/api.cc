@@ -213,12 +213,12 @@ int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t s
   if (worker == nullptr || request == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  const Locked held(*worker->impl);
-  if (held.error() != RDMX_OK) [[unlikely]] {
-    return held.error();
+  Worker& w = *worker->impl;
+  Request* r = rdmx::transport::to_request(request);
+  if (w.multi()) [[unlikely]] {
+    return w.tag_recv_multi(buffer, length, source, tag, tag_mask, r, callback, user_data);
   }
-  return worker->impl->tag_recv(buffer, length, source, tag, tag_mask,
-                                rdmx::transport::to_request(request), callback, user_data);
+  return w.tag_recv(buffer, length, source, tag, tag_mask, r, callback, user_data);
 }
 
 int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_t tag_mask,

@@ -349,13 +349,11 @@ inline int Worker::send_now(eager::SendPool& pool, Peer& peer, const void* buffe
   return res == PostResult::kPosted ? RDMX_OK : RDMX_ERR_IO;
 }
 
-int Worker::send_shared(ThreadCtx& tc, Peer& peer, const void* buffer, std::size_t length,
+int Worker::send_shared(int ctx, Peer& peer, const void* buffer, std::size_t length,
                         std::uint64_t tag, unsigned flags) {
-  if (!lock_.try_lock_shared()) {
-    lock_wanted_.fetch_add(1, std::memory_order_relaxed);
-    lock_.lock_shared();
-    lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
-  }
+  lock_shared_side();
+  const SharedSide shared(lock_);
+  ThreadCtx& tc = threads_[static_cast<std::size_t>(ctx)];
   // While the shared side is held only other such sends run: nothing changes threads_ or the
   // state that exclusive holders alone write (progress, wire-up, failures). The context is the
   // thread's own; the peer's send state is post_mu's, UD's shared send state ud_post_mu_'s.
@@ -368,7 +366,6 @@ int Worker::send_shared(ThreadCtx& tc, Peer& peer, const void* buffer, std::size
     }
     rc = send_now(*tc.send, peer, buffer, length, tag, flags);
   }
-  lock_.unlock_shared();
   return rc;
 }
 

@@ -4,11 +4,12 @@
 //
 // Lock order (transport/README.md, "Threads"). rdmx has one lock per worker, held only inside an
 // rdmx call: a host's own locks (the Open MPI MTL's list lock) come before it. An eager send that
-// leaves at once holds its shared side, then its peer's post lock (send_shared, send.cc). rdmx never calls the
-// host with it held: request and peer-failure callbacks run after progress_any, wait or destroy
-// released it (take_completions under the lock, run_completions after). So a callback may take
-// the host's locks, and the host may hold them across rdmx calls that run no callbacks (posts,
-// cancel, probes), never across progress, poll, wait or destroy.
+// leaves at once holds its shared side, then its peer's post lock (send_shared, send.cc); a
+// receive that nothing unexpected matches its shared side and the matcher's lock (recv_shared,
+// recv.cc). rdmx never calls the host with it held: request and peer-failure callbacks run after
+// progress_any, wait or destroy released it (take_completions under the lock, run_completions
+// after). So a callback may take the host's locks, and the host may hold them across rdmx calls
+// that run no callbacks (posts, cancel, probes), never across progress, poll, wait or destroy.
 //
 // Send contexts. A thread's first call makes it a ThreadCtx (its send descriptors and bounce
 // buffers, send_descs_ descriptors); its index is the thread field of every wr_id it posts and of
@@ -173,20 +174,28 @@ int Worker::enter_caller(bool own) noexcept {
   return RDMX_OK;
 }
 
-ThreadCtx* Worker::cached_ctx() noexcept {
+int Worker::cached_ctx() const noexcept {
   // Only the thread's own context is cached: one it borrows (past max_threads) never is.
-  return t_ctx.serial == serial_ ? &threads_[t_ctx.index] : nullptr;
+  return t_ctx.serial == serial_ ? t_ctx.index : kNoContext;
+}
+
+void Worker::lock_shared_side() noexcept {
+  if (!lock_.try_lock_shared()) {
+    lock_wanted_.fetch_add(1, std::memory_order_relaxed);
+    lock_.lock_shared();
+    lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                            unsigned flags, Request* r, rdmx_callback_t callback, void* user_data) {
-  // tag_send's own fast case (no callback, not synchronous, leaves at once), without the lock.
+  // tag_send's own fast case (no callback, not synchronous, leaves at once) under the shared side.
   if (r != nullptr && callback == nullptr && (buffer != nullptr || length == 0) &&
       (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
-    if (ThreadCtx* tc = cached_ctx(); tc != nullptr) [[likely]] {
-      const int rc = send_shared(*tc, peer, buffer, length, tag, flags);
+    if (const int ctx = cached_ctx(); ctx != kNoContext) [[likely]] {
+      const int rc = send_shared(ctx, peer, buffer, length, tag, flags);
       if (rc != RDMX_ERR_NO_RESOURCE) {
-        init_done_send(r, length, tag, flags, rc, tc->index);
+        init_done_send(r, length, tag, flags, rc, static_cast<std::uint16_t>(ctx));
         return RDMX_OK;
       }
     }
@@ -201,8 +210,8 @@ int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, s
 int Worker::tag_inject_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                              unsigned flags) {
   if ((buffer != nullptr || length == 0) && (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
-    if (ThreadCtx* tc = cached_ctx(); tc != nullptr) [[likely]] {
-      const int rc = send_shared(*tc, peer, buffer, length, tag, flags);
+    if (const int ctx = cached_ctx(); ctx != kNoContext) [[likely]] {
+      const int rc = send_shared(ctx, peer, buffer, length, tag, flags);
       if (rc != RDMX_ERR_NO_RESOURCE) {
         return rc;
       }
@@ -213,6 +222,23 @@ int Worker::tag_inject_multi(Peer& peer, const void* buffer, std::size_t length,
     return held.error();
   }
   return tag_inject(peer, buffer, length, tag, flags);
+}
+
+int Worker::tag_recv_multi(void* buffer, std::size_t length, std::uint64_t source,
+                           std::uint64_t tag, std::uint64_t mask, Request* r,
+                           rdmx_callback_t callback, void* user_data) {
+  if (r != nullptr && (buffer != nullptr || length == 0)) {
+    if (const int ctx = cached_ctx();
+        ctx != kNoContext &&
+        recv_shared(ctx, buffer, length, source, tag, mask, r, callback, user_data)) [[likely]] {
+      return RDMX_OK;
+    }
+  }
+  const Locked held(*this);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  return tag_recv(buffer, length, source, tag, mask, r, callback, user_data);
 }
 
 void Worker::release_thread_ctx(Worker& w, std::uint16_t index, pid_t tid) {

@@ -9,7 +9,8 @@
 //
 // Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
 // context. MULTI takes the worker lock around every call (progress only if it is free; an eager
-// send that leaves at once only its shared side and the peer's post lock: send_shared), runs
+// send that leaves at once only its shared side and the peer's post lock, send_shared, and a
+// receive that nothing unexpected matches its shared side and match_mu_, recv_shared), runs
 // callbacks after releasing it, and gives each calling thread a send context (ThreadCtx: its send
 // descriptors and bounce buffers, its index in every wr_id it posts). Whichever thread polls a
 // send completion routes it by the wr_id's thread field to the context that posted it.
@@ -208,6 +209,11 @@ class Worker {
                      unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
   int tag_inject_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                        unsigned flags);
+  // rdmx_tag_recv in MULTI mode: a receive that nothing unexpected matches is posted under the
+  // shared side of the worker lock and match_mu_ (recv_shared); the rest under the lock.
+  int tag_recv_multi(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
+                     std::uint64_t mask, Request* request, rdmx_callback_t callback,
+                     void* user_data);
   int tag_recv(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
                std::uint64_t mask, Request* request, rdmx_callback_t callback, void* user_data);
   int probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask, rdmx_status_t* status,
@@ -235,7 +241,8 @@ class Worker {
 
   // --- threads (threads.cc). In MULTI mode every C API call holds the worker lock through a
   // Locked (api.cc), which also points tx_ at the caller's send context; in the other modes it
-  // costs one test of a flag set at creation. Progress calls go through progress_any instead.
+  // costs one test of a flag set at creation. Progress calls go through progress_any instead,
+  // and sends and receives first try their shared paths (tag_send_multi, tag_recv_multi).
   class Locked {
    public:
     // own: the call posts for its caller (a send) and needs the caller's own context; other
@@ -319,13 +326,38 @@ class Worker {
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited
   // thread), or RDMX_ERR_TOO_MANY_THREADS / RDMX_ERR_NO_MEMORY; a context made whole.
   int lock_caller(bool own) noexcept;
-  // The calling thread's own context, if it has one cached for this worker; else nullptr.
-  ThreadCtx* cached_ctx() noexcept;
-  // send_now from context `tc` (the caller's own) under the shared side of lock_, the peer's
+  // The index of the calling thread's own context, if it has one cached for this worker; else
+  // kNoContext. Read without the lock (a thread-local and serial_): the context itself is read
+  // under it.
+  static constexpr int kNoContext = -1;
+  int cached_ctx() const noexcept;
+  // The shared side of lock_ for send_shared and recv_shared: lock_shared_side takes it (a waiter
+  // counts in lock_wanted_), a SharedSide made right after releases it. Nothing is written to the
+  // caller's stack before the lock orders this thread after the last holder: that memory may
+  // have been a host's request that progress completed (pml cm's blocking one), which the host
+  // hands back through atomics of its own that ThreadSanitizer does not see.
+  void lock_shared_side() noexcept;
+  class SharedSide {
+   public:
+    explicit SharedSide(WorkerLock& lock) noexcept : lock_(lock) {}
+    ~SharedSide() { lock_.unlock_shared(); }
+    SharedSide(const SharedSide&) = delete;
+    SharedSide& operator=(const SharedSide&) = delete;
+
+   private:
+    WorkerLock& lock_;
+  };
+  // send_now from context `ctx` (the caller's own) under the shared side of lock_, the peer's
   // post_mu and (UD) ud_post_mu_ (send.cc): RDMX_OK, RDMX_ERR_IO (the post failed), or
   // RDMX_ERR_NO_RESOURCE with nothing done (not now: the caller takes the lock).
-  int send_shared(ThreadCtx& tc, Peer& peer, const void* buffer, std::size_t length,
-                  std::uint64_t tag, unsigned flags);
+  int send_shared(int ctx, Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                  unsigned flags);
+  // tag_recv's posting of a receive that nothing unexpected matches, for context `ctx`, under the
+  // shared side of lock_ and match_mu_ (recv.cc): true, posted; false with nothing done (an
+  // unexpected message matches, the source is new or gone: the caller takes the lock).
+  bool recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_t source,
+                   std::uint64_t tag, std::uint64_t mask, Request* r, rdmx_callback_t callback,
+                   void* user_data);
   int enter_caller(bool own) noexcept;
   void add_thread_ctx(pid_t owner);
   static std::uint64_t next_serial() noexcept;
@@ -636,7 +668,11 @@ class Worker {
   void destroy_retired_qps();
 
   // --- requests
-  void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data);
+  void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data) {
+    init_request(r, type, cb, user_data, tx_->index);
+  }
+  void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data,
+                    std::uint16_t thread);
   // A send without callback that left (or failed) inside tag_send: written as done in one go.
   void init_done_send(Request* r, std::size_t length, std::uint64_t tag, unsigned flags, int code,
                       std::uint16_t thread);
@@ -758,6 +794,9 @@ class Worker {
   // post_mu): the data QPs' send queues and WRs (ud_sq_, ud_wr_, ud_sge_), the timer list and
   // its deadline, and clock_.
   std::mutex ud_post_mu_;
+  // The matcher's posted receives and the active list, for receives posted under the shared side
+  // of lock_ (recv_shared); exclusive holders (progress's matching) need no more.
+  std::mutex match_mu_;
   // Threads waiting for lock_ in a call that is not progress (lock_caller): while there are any,
   // progress_any leaves the lock to them (a poller that spins would otherwise take it back first
   // after each turn, and a blocking send would wait for its idle yield).
@@ -821,7 +860,8 @@ class Worker {
 
 // --- requests: every send and receive passes through these, so they are inline.
 
-inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data) {
+inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data,
+                                 std::uint16_t thread) {
   new (r) Request{};
   r->magic = kRequestMagic;
   r->type = type;
@@ -831,7 +871,7 @@ inline void Worker::init_request(Request* r, ReqType type, rdmx_callback_t cb, v
   r->recv.owner = r;
   r->sync_slot = kNoIndex;
   r->rndv = 0;
-  r->thread = tx_->index;
+  r->thread = thread;
   r->status.error = RDMX_INPROGRESS;
 }
 

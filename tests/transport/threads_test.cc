@@ -175,12 +175,16 @@ TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
 }
 
 // An eager send that leaves at once takes only the shared side of the worker lock (and its
-// peer's and UD's post locks): it goes out while another thread holds that side, where progress
-// and every other call wait. A synchronous send still takes the whole lock.
-TEST_P(ThreadsTest, EagerSendsTakeOnlyTheSharedSideOfTheLock) {
+// peer's and UD's post locks), and so does a receive that nothing unexpected matches (with the
+// matcher's lock): they go through while another thread holds that side, where progress and
+// every other call wait. A synchronous send, and a receive that an unexpected message matches,
+// take the whole lock.
+TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   RDMX_REQUIRE_DEVICE();
   const rdmx_transport_t transport = GetParam();
-  constexpr int kEager = 8;  // within UD's first congestion window and RC's credits
+  // Within RC's credits, and over UD within the smallest congestion window (kUdCwndMin): on a
+  // slow host (ThreadSanitizer) timeouts during set-up may have shrunk it that far.
+  const int kEager = transport == RDMX_TRANSPORT_UD ? 2 : 8;
   constexpr std::array<std::size_t, 4> kSizes = {8, 64, 200, 512};
   ASSERT_TRUE(run_ranks(
       2,
@@ -188,6 +192,12 @@ TEST_P(ThreadsTest, EagerSendsTakeOnlyTheSharedSideOfTheLock) {
         Session s = open_session(rank, device_for(rank.rank(), false), transport, multi);
         quiesce(rank, s);
         rdmx_worker_t* const w = s.worker;
+        // Every message so far acknowledged (UD's window empty) before the window counts.
+        const auto settle = std::chrono::steady_clock::now();
+        while (seconds_since(settle) < 0.3) {
+          (void)rdmx_worker_progress(w);
+        }
+        rank.barrier();
         if (rank.rank() == 0) {
           std::atomic<int> sent{0};
           std::atomic<bool> sync_posted{false};
@@ -246,22 +256,74 @@ TEST_P(ThreadsTest, EagerSendsTakeOnlyTheSharedSideOfTheLock) {
           RDMX_CHECK(rank, sync_posted.load());
           RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
         } else {
-          std::vector<std::uint8_t> buf(512);
+          // The receives, posted while another thread holds the shared side: nothing unexpected
+          // matches them (no progress has run since quiesce), so they post at once.
+          std::vector<std::vector<std::uint8_t>> bufs(kEager, std::vector<std::uint8_t>(512));
+          std::vector<rdmx_request_t> reqs(kEager);
+          std::atomic<bool> ready{false};
+          std::atomic<bool> go{false};
+          std::atomic<int> posted{0};
+          std::thread receiver([&] {
+            RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
+            ready = true;
+            while (!go.load()) {
+              std::this_thread::yield();
+            }
+            for (int i = 0; i < kEager; ++i) {
+              RDMX_CHECK_OK(rank, rdmx_tag_recv(w, bufs[i].data(), bufs[i].size(), s.uids[0],
+                                                tag_of(7, i), kExact, &reqs[i], nullptr, nullptr));
+              posted.fetch_add(1);
+            }
+          });
+          while (!ready.load()) {
+            std::this_thread::yield();
+          }
+          {
+            auto shared = transport::debug::hold_worker_lock_shared(w);
+            go = true;
+            const auto t0 = std::chrono::steady_clock::now();
+            while (posted.load() < kEager && seconds_since(t0) < 20.0) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+            RDMX_CHECK_EQ(rank, posted.load(), kEager);
+          }
+          receiver.join();
           for (int i = 0; i < kEager; ++i) {
-            rdmx_request_t req;
             rdmx_status_t st{};
-            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0], tag_of(7, i),
-                                              kExact, &req, nullptr, nullptr));
-            RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "eager receive"));
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &reqs[i], &st, "eager receive"));
             RDMX_CHECK_EQ(rank, st.length, kSizes[i % kSizes.size()]);
             for (std::size_t k = 0; k < st.length; ++k) {
-              RDMX_CHECK_EQ(rank, buf[k], pattern(7, i, k));
+              RDMX_CHECK_EQ(rank, bufs[i][k], pattern(7, i, k));
             }
           }
+          // A receive that an unexpected message matches waits for the whole lock: delivering it
+          // is the lock's.
+          const auto t0 = std::chrono::steady_clock::now();
+          rdmx_status_t probed{};
+          while (rdmx_tag_probe(w, s.uids[0], handoff_tag(7), kExact, &probed, nullptr) == 0 &&
+                 seconds_since(t0) < 20.0) {
+            (void)rdmx_worker_progress(w);
+          }
+          RDMX_CHECK_EQ(rank, probed.length, 16u);
+          std::vector<std::uint8_t> buf(64);
           rdmx_request_t req;
+          std::atomic<bool> sync_posted{false};
+          std::thread late;
+          {
+            auto shared = transport::debug::hold_worker_lock_shared(w);
+            late = std::thread([&] {
+              RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0],
+                                                handoff_tag(7), kExact, &req, nullptr, nullptr));
+              sync_posted = true;
+            });
+            while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 40.0) {
+              std::this_thread::yield();
+            }
+            RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+            RDMX_CHECK(rank, !sync_posted.load());
+          }
+          late.join();
           rdmx_status_t st{};
-          RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0], handoff_tag(7),
-                                            kExact, &req, nullptr, nullptr));
           RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "synchronous receive"));
           RDMX_CHECK_EQ(rank, st.length, 16u);
           RDMX_CHECK_EQ(rank, buf[15], 0x5a);
