@@ -690,28 +690,26 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
   // Only exclusive holders add unexpected messages and peers, or fail them: what is read here
   // holds until the receive is posted. Delivering an unexpected message (its buffer, a match-ack,
   // a rendezvous) is theirs too, so a receive that one matches is left to the locked path.
-  bool posted = false;
-  {
-    const std::lock_guard<std::mutex> match(match_mu_);
-    std::uint32_t src = protocol::kAnySource;
-    const Peer* p = nullptr;
-    if (source != RDMX_ANY_SOURCE) {
-      p = find_peer(source);
-      src = p != nullptr ? p->index : protocol::kAnySource;
+  const std::lock_guard<std::mutex> match(match_mu_);
+  std::uint32_t src = protocol::kAnySource;
+  if (source != RDMX_ANY_SOURCE) {
+    const Peer* p = find_peer(source);
+    if (p == nullptr || p->dead) {
+      return false;
     }
-    const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
-    if ((source == RDMX_ANY_SOURCE || (p != nullptr && !p->dead)) && failed_code_ == 0 &&
-        matcher_.probe(spec) == nullptr) {
-      init_request(r, ReqType::kRecv, callback, user_data, static_cast<std::uint16_t>(ctx));
-      r->buffer = buffer;
-      r->capacity = length;
-      r->recv.spec = spec;
-      (void)matcher_.post_receive(r->recv);  // nothing unexpected matches it (probe)
-      activate(r);
-      posted = true;
-    }
+    src = p->index;
   }
-  return posted;
+  const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
+  if (failed_code_ != 0 || matcher_.probe(spec) != nullptr) {
+    return false;
+  }
+  init_request(r, ReqType::kRecv, callback, user_data, static_cast<std::uint16_t>(ctx));
+  r->buffer = buffer;
+  r->capacity = length;
+  r->recv.spec = spec;
+  (void)matcher_.post_receive(r->recv);  // nothing unexpected matches it (probe)
+  activate(r);
+  return true;
 }
 
 int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,

@@ -357,16 +357,12 @@ int Worker::send_shared(int ctx, Peer& peer, const void* buffer, std::size_t len
   // While the shared side is held only other such sends run: nothing changes threads_ or the
   // state that exclusive holders alone write (progress, wire-up, failures). The context is the
   // thread's own; the peer's send state is post_mu's, UD's shared send state ud_post_mu_'s.
-  int rc = RDMX_ERR_NO_RESOURCE;
-  {
-    const std::lock_guard<std::mutex> post(peer.post_mu);
-    std::unique_lock<std::mutex> ud(ud_post_mu_, std::defer_lock);
-    if (ud_mode_) {
-      ud.lock();
-    }
-    rc = send_now(*tc.send, peer, buffer, length, tag, flags);
+  const std::lock_guard<std::mutex> post(peer.post_mu);
+  std::unique_lock<std::mutex> ud(ud_post_mu_, std::defer_lock);
+  if (ud_mode_) {
+    ud.lock();
   }
-  return rc;
+  return send_now(*tc.send, peer, buffer, length, tag, flags);
 }
 
 int Worker::tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
