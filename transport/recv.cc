@@ -23,6 +23,7 @@
 #include <new>
 #include <string>
 
+#include "protocol/copy.h"
 #include "transport/channel/rc_channel.h"
 #include "transport/channel/ud_channel.h"
 #include "transport/worker.h"
@@ -629,7 +630,7 @@ inline void Worker::finish_recv(Request* r, Peer& peer, std::uint64_t tag, proto
     code = RDMX_ERR_TRUNCATED;
   }
   if (n != 0) {
-    std::memcpy(r->buffer, payload, n);
+    protocol::copy_payload(r->buffer, payload, n);
   }
   if (kind == protocol::MsgKind::kEagerSync) {
     send_match_ack(peer, aux);

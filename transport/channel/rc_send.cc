@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "protocol/copy.h"
 #include "transport/channel/rc_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
@@ -136,9 +137,15 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
   h.ack = peer.rc.granted;
   stamp_ring_ack(peer, h);
   ibv_sge sge[2];
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
+  // Not value-initialized: zeroing all of it was 21 instructions of every RC send (callgrind).
+  // Set here and below is every field a provider reads for a send or an RDMA write (the
+  // opcode's union member; imm_data only for the WITH_IMM opcodes, zeroed anyway).
+  ibv_send_wr wr;
+  wr.next = nullptr;
   wr.sg_list = sge;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = 0;
+  wr.imm_data = 0;
   eager::SendQueue::Post post{
       .kind = protocol::WrKind::kSendInline, .sequenced = true, .seq = h.seq, .peer = &peer};
   // Header and body side by side, so that inline sends need at most two SGEs; in the ring case
@@ -151,7 +158,7 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
   }
   if (to_ring) {
     if (length != 0) {
-      std::memcpy(head + protocol::kHeaderSize + body_length, payload, length);
+      protocol::copy_payload(head + protocol::kHeaderSize + body_length, payload, length);
     }
     protocol::ring_seal(head, total);
     const std::size_t image = protocol::ring_image_size(total);

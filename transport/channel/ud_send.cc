@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "protocol/copy.h"
 #include "transport/channel/ud_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
@@ -99,7 +100,7 @@ inline Worker::PostResult Worker::post_ud(eager::SendPool& pool, Peer& peer, pro
     std::memcpy(data + protocol::kHeaderSize, body, body_length);
   }
   if (length != 0) {
-    std::memcpy(data + protocol::kHeaderSize + body_length, payload, length);
+    protocol::copy_payload(data + protocol::kHeaderSize + body_length, payload, length);
   }
   // Signalled when bounce buffers run low, so completions retire the unsignalled WRs before it.
   const int rc = post_ud_buffer(pool, peer, cls, bcls, buf, protocol::kHeaderSize + wire,
