@@ -64,6 +64,13 @@ UnexpectedMsg* TagMatcher::post_receive(PostedRecv& recv) noexcept {
   if (UnexpectedMsg* msg = mprobe(recv.spec); msg != nullptr) {
     return msg;
   }
+  post_unmatched(recv);
+  return nullptr;
+}
+
+void TagMatcher::post_unmatched(PostedRecv& recv) noexcept {
+  assert(!recv.posted_);
+  assert(probe(recv.spec) == nullptr);
   recv.order_ = next_order_++;
   if (recv.spec.source == kAnySource) {
     posted_any_.push_back(&recv);
@@ -72,7 +79,6 @@ UnexpectedMsg* TagMatcher::post_receive(PostedRecv& recv) noexcept {
   }
   recv.posted_ = true;
   ++posted_count_;
-  return nullptr;
 }
 
 UnexpectedMsg* TagMatcher::probe(const RecvSpec& spec) const noexcept {

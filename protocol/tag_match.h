@@ -101,6 +101,10 @@ class TagMatcher {
   // receive is then NOT posted), or nullptr: the receive is now posted.
   // Precondition: !recv.posted().
   [[nodiscard]] UnexpectedMsg* post_receive(PostedRecv& recv) noexcept;
+  // Posts a receive that the caller has just seen probe() match nothing: post_receive without
+  // searching the unexpected queue a second time. Precondition: !recv.posted(), and no
+  // unexpected message added since that probe.
+  void post_unmatched(PostedRecv& recv) noexcept;
 
   // MPI_Iprobe: the message a receive with `spec` would match now, left in the queue.
   [[nodiscard]] UnexpectedMsg* probe(const RecvSpec& spec) const noexcept;

@@ -659,10 +659,8 @@ int Worker::tag_recv(void* buffer, std::size_t length, std::uint64_t source, std
     }
     src = p->index;
   }
-  init_request(r, ReqType::kRecv, callback, user_data);
-  r->buffer = buffer;
-  r->capacity = length;
-  r->recv.spec = protocol::RecvSpec{.source = src, .tag = tag, .mask = mask};
+  init_recv(r, buffer, length, protocol::RecvSpec{.source = src, .tag = tag, .mask = mask},
+            callback, user_data, tx_->index);
   if (protocol::UnexpectedMsg* u = matcher_.post_receive(r->recv)) {
     MsgDesc* d = static_cast<MsgDesc*>(u);
     if (d->kind == protocol::MsgKind::kRts) {
@@ -704,11 +702,8 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
   if (failed_code_ != 0 || matcher_.probe(spec) != nullptr) {
     return false;
   }
-  init_request(r, ReqType::kRecv, callback, user_data, static_cast<std::uint16_t>(ctx));
-  r->buffer = buffer;
-  r->capacity = length;
-  r->recv.spec = spec;
-  (void)matcher_.post_receive(r->recv);  // nothing unexpected matches it (probe)
+  init_recv(r, buffer, length, spec, callback, user_data, static_cast<std::uint16_t>(ctx));
+  matcher_.post_unmatched(r->recv);
   activate(r);
   return true;
 }

@@ -673,6 +673,14 @@ class Worker {
   }
   void init_request(Request* r, ReqType type, rdmx_callback_t cb, void* user_data,
                     std::uint16_t thread);
+  // A receive of `length` bytes into `buffer`, matching `spec`, not yet posted to the matcher.
+  void init_recv(Request* r, void* buffer, std::size_t length, const protocol::RecvSpec& spec,
+                 rdmx_callback_t cb, void* user_data, std::uint16_t thread) {
+    init_request(r, ReqType::kRecv, cb, user_data, thread);
+    r->buffer = buffer;
+    r->capacity = length;
+    r->recv.spec = spec;
+  }
   // A send without callback that left (or failed) inside tag_send: written as done in one go.
   void init_done_send(Request* r, std::size_t length, std::uint64_t tag, unsigned flags, int code,
                       std::uint16_t thread);

@@ -81,6 +81,30 @@ TEST(TagMatch, ReceiveMatchesUnexpectedMessage) {
   EXPECT_EQ(m.posted_count(), 1u);
 }
 
+TEST(TagMatch, ReceivePostedAfterAnEmptyProbeKeepsPostingOrder) {
+  // post_unmatched (the shared-lock receive path: probe first, then post) takes its place in
+  // the posting order beside post_receive's, specific and any-source alike.
+  TagMatcher m;
+  Msg other = make_msg(9, 1, 8);
+  m.add_unexpected(other);  // in the queue, but matches neither receive
+  Recv r1 = make_recv(1, 1, 5);
+  Recv r2 = make_recv(2, kAnySource, 5);
+  Recv r3 = make_recv(3, 1, 5);
+  ASSERT_EQ(m.post_receive(r1), nullptr);
+  ASSERT_EQ(m.probe(r2.spec), nullptr);
+  m.post_unmatched(r2);
+  ASSERT_EQ(m.probe(r3.spec), nullptr);
+  m.post_unmatched(r3);
+  EXPECT_TRUE(r2.posted());
+  EXPECT_TRUE(r3.posted());
+  EXPECT_EQ(m.posted_count(), 3u);
+  EXPECT_EQ(id_of(m.match_message(1, 5)), 1);
+  EXPECT_EQ(id_of(m.match_message(1, 5)), 2);
+  EXPECT_EQ(id_of(m.match_message(1, 5)), 3);
+  EXPECT_EQ(m.posted_count(), 0u);
+  EXPECT_EQ(m.unexpected_count(), 1u);
+}
+
 TEST(TagMatch, MessageTakesOldestMatchingReceive) {
   TagMatcher m;
   Recv r1 = make_recv(1, 0, 5);
