@@ -12,6 +12,7 @@
 #include "transport/worker.h"
 
 using rdmx::transport::Request;
+using rdmx::transport::SendBytes;
 using rdmx::transport::Worker;
 using Locked = rdmx::transport::Worker::Locked;
 
@@ -185,9 +186,22 @@ int rdmx_tag_inject(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t t
   }
   Worker& w = *ep->worker;
   if (w.multi()) [[unlikely]] {
-    return w.tag_inject_multi(*ep->peer, buffer, length, tag, flags);
+    return w.tag_inject_multi(*ep->peer, SendBytes{nullptr, 0, buffer, length}, tag, flags);
   }
   return w.tag_inject(*ep->peer, buffer, length, tag, flags);
+}
+
+int rdmx_tag_inject_header(rdmx_ep_t* ep, uint64_t header, const void* buffer, size_t length,
+                           uint64_t tag, unsigned flags) {
+  if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  Worker& w = *ep->worker;
+  const SendBytes bytes{&header, sizeof(header), buffer, length};
+  if (w.multi()) [[unlikely]] {
+    return w.tag_inject_multi(*ep->peer, bytes, tag, flags);
+  }
+  return w.tag_inject(*ep->peer, bytes, tag, flags);
 }
 
 struct ibv_pd* rdmx_worker_pd(rdmx_worker_t* worker) {

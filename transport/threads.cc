@@ -193,7 +193,7 @@ int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, s
   if (r != nullptr && callback == nullptr && (buffer != nullptr || length == 0) &&
       (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
     if (const int ctx = cached_ctx(); ctx != kNoContext) [[likely]] {
-      const int rc = send_shared(ctx, peer, buffer, length, tag, flags);
+      const int rc = send_shared(ctx, peer, SendBytes{nullptr, 0, buffer, length}, tag, flags);
       if (rc != RDMX_ERR_NO_RESOURCE) {
         init_done_send(r, length, tag, flags, rc, static_cast<std::uint16_t>(ctx));
         return RDMX_OK;
@@ -207,11 +207,11 @@ int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, s
   return tag_send(peer, buffer, length, tag, flags, r, callback, user_data);
 }
 
-int Worker::tag_inject_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
+int Worker::tag_inject_multi(Peer& peer, const SendBytes& bytes, std::uint64_t tag,
                              unsigned flags) {
-  if ((buffer != nullptr || length == 0) && (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
+  if ((bytes.data != nullptr || bytes.length == 0) && (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
     if (const int ctx = cached_ctx(); ctx != kNoContext) [[likely]] {
-      const int rc = send_shared(ctx, peer, buffer, length, tag, flags);
+      const int rc = send_shared(ctx, peer, bytes, tag, flags);
       if (rc != RDMX_ERR_NO_RESOURCE) {
         return rc;
       }
@@ -221,7 +221,7 @@ int Worker::tag_inject_multi(Peer& peer, const void* buffer, std::size_t length,
   if (held.error() != RDMX_OK) [[unlikely]] {
     return held.error();
   }
-  return tag_inject(peer, buffer, length, tag, flags);
+  return tag_inject(peer, bytes, tag, flags);
 }
 
 int Worker::tag_recv_multi(void* buffer, std::size_t length, std::uint64_t source,

@@ -290,6 +290,13 @@ int rdmx_tag_send(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag
  * failed), RDMX_ERR_IO (the post failed), RDMX_ERR_INVALID_PARAM. Saves a request's set-up and
  * test on the paths that send small messages one at a time (MPI_Send, UCT's am_short). */
 int rdmx_tag_inject(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t tag, unsigned flags);
+/* rdmx_tag_inject of one message made of an 8-byte header, then `length` bytes at `buffer`: the
+ * receiver gets 8 + length bytes, the header's in host byte order, as if the sender had stored
+ * both in one buffer first; rdmx copies each once, into the message it posts. For a host that
+ * puts a word of its own in front of the caller's data (UCT's am_short). Results as
+ * rdmx_tag_inject. */
+int rdmx_tag_inject_header(rdmx_ep_t* ep, uint64_t header, const void* buffer, size_t length,
+                           uint64_t tag, unsigned flags);
 /* RDMX_ERR_UNREACHABLE (nothing accepted) when `source` is a peer found dead and none of the
  * messages it sent before dying matches. */
 int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source, uint64_t tag,

@@ -3,11 +3,12 @@
  * interface, of transport RC or UD, and UCT's active messages carried as rdmx messages.
  *
  *   tag            bits 0..7 the AM id; bit 8 set: a flush marker (no AM, never delivered)
- *   send           am_short / am_bcopy build the AM in the next free send descriptor of the
- *                  interface's pool (tx_queue_len of seg_size bytes) and hand it to
- *                  rdmx_tag_inject, which sends it at once with no request, leaving the
- *                  descriptor free; when rdmx cannot (a burst it packs, a full queue, a
- *                  connection being made) the descriptor is taken and sent with rdmx_tag_send:
+ *   send           am_short hands header and payload to rdmx_tag_inject_header, am_bcopy
+ *                  builds the AM in the next free send descriptor of the interface's pool
+ *                  (tx_queue_len of seg_size bytes) and hands it to rdmx_tag_inject: either
+ *                  sends it at once with no request (the descriptor stays free); when rdmx
+ *                  cannot (a burst it packs, a full queue, a connection being made) a
+ *                  descriptor is taken, holding the AM, and sent with rdmx_tag_send:
  *                  usually done inside the post, else (an AM larger than the worker sends
  *                  eagerly goes by rdmx's rendezvous, an RDMA write into the peer's posted
  *                  receive) it waits in the in-flight queue until progress finds it done.
@@ -424,10 +425,19 @@ static ucs_status_t uct_rdmx_tx_post(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
   return UCS_OK;
 }
 
+/* An injected AM's result other than RDMX_OK and RDMX_ERR_NO_RESOURCE. */
+static ucs_status_t uct_rdmx_inject_failed(int rc, uint8_t id, size_t length) {
+  if (rc == RDMX_ERR_IO) { /* a dead peer's status (unreachable) says enough by itself */
+    ucs_error("rdmx: an active message (id %u, %zu bytes) failed: %s", id, length,
+              rdmx_strerror(rc));
+  }
+  return uct_rdmx_status(rc);
+}
+
 /* Sends `length` bytes built in `desc`, the pool's next free descriptor (uct_rdmx_tx_peek), as
- * AM `id`. Injected when rdmx sends it at once, with no request (a ping-pong's every AM): the
- * descriptor stays free. Else (a burst rdmx packs, a connection still being made, a full queue,
- * a rendezvous size) through a request, which holds the descriptor until the send is done. */
+ * AM `id`. Injected when rdmx sends it at once, with no request: the descriptor stays free. Else
+ * (a burst rdmx packs, a connection still being made, a full queue, a rendezvous size) through a
+ * request, which holds the descriptor until the send is done. */
 static ucs_status_t uct_rdmx_tx_send(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
                                      uct_rdmx_tx_desc_t* desc, size_t length, uint8_t id) {
   const int rc = rdmx_tag_inject(ep->ep, uct_rdmx_tx_data(desc), length, id, 0);
@@ -438,32 +448,39 @@ static ucs_status_t uct_rdmx_tx_send(uct_rdmx_iface_t* iface, uct_rdmx_ep_t* ep,
   if (rc == RDMX_ERR_NO_RESOURCE) {
     return uct_rdmx_tx_post(iface, ep, uct_rdmx_tx_get(iface), length, id);
   }
-  if (rc == RDMX_ERR_IO) { /* a dead peer's status (unreachable) says enough by itself */
-    ucs_error("rdmx: an active message (id %u, %zu bytes) failed: %s", id, length,
-              rdmx_strerror(rc));
-  }
-  return uct_rdmx_status(rc);
+  return uct_rdmx_inject_failed(rc, id, length);
 }
 
+/* Header and payload go from the caller straight into rdmx's image of the message
+ * (rdmx_tag_inject_header: a ping-pong's every AM), with no descriptor; one is built only when
+ * rdmx cannot send the AM at once, and then goes as in uct_rdmx_tx_send. */
 static ucs_status_t uct_rdmx_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
                                          const void* payload, unsigned length) {
   uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
   uct_rdmx_tx_desc_t* desc;
   const size_t total = sizeof(header) + length;
+  int rc;
 
   UCT_CHECK_AM_ID(id);
   UCT_CHECK_LENGTH(total, 0, iface->short_size, "am_short");
-  if (uct_rdmx_ep_fence_blocked(ep, 0)) {
+  /* An empty pool refuses even an AM that needs no descriptor: UCP's pending requests, which
+   * wait for descriptors, must not be overtaken. */
+  if (uct_rdmx_ep_fence_blocked(ep, 0) || ucs_queue_is_empty(&iface->tx_free)) {
     return UCS_ERR_NO_RESOURCE;
   }
-  desc = uct_rdmx_tx_peek(iface);
-  if (desc == NULL) {
-    return UCS_ERR_NO_RESOURCE;
-  }
-  uct_am_short_fill_data(uct_rdmx_tx_data(desc), header, payload, length);
   UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, total);
-  return uct_rdmx_tx_send(iface, ep, desc, total, id);
+  rc = rdmx_tag_inject_header(ep->ep, header, payload, length, id, 0);
+  if (ucs_likely(rc == RDMX_OK)) {
+    ep->unflushed = 1;
+    return UCS_OK;
+  }
+  if (rc != RDMX_ERR_NO_RESOURCE) {
+    return uct_rdmx_inject_failed(rc, id, total);
+  }
+  desc = uct_rdmx_tx_get(iface);
+  uct_am_short_fill_data(uct_rdmx_tx_data(desc), header, payload, length);
+  return uct_rdmx_tx_post(iface, ep, desc, total, id);
 }
 
 static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack_cb,

@@ -4,7 +4,9 @@
 // index) and checks its length and bytes, so a message injected twice, lost or out of order
 // fails the test:
 // - refused while the connection is being made, and behind a send that waits for it;
-// - a ping-pong: injected (nearly) every time, also by the replying rank;
+// - a ping-pong: injected (nearly) every time, also by the replying rank; every other ping with
+//   its first 8 bytes as a separate header (rdmx_tag_inject_header), which must arrive as one
+//   message, header first;
 // - a burst: the second send before a progress call is refused (it belongs in a batch) unless
 //   RDMX_SEND_FLUSH; behind a packed send even RDMX_SEND_FLUSH is refused;
 // - a rendezvous size is refused however often it is tried;
@@ -50,11 +52,21 @@ std::vector<std::uint8_t> message(std::size_t i) {
   return bytes;
 }
 
-// Sends message i: injected when rdmx takes it now, else by a request (kept alive in `later`
-// until waited for). Returns the inject's result.
+// Sends message i: injected when rdmx takes it now (with `header`, its first 8 bytes as a header
+// of their own), else by a request (kept alive in `later` until waited for). Returns the
+// inject's result.
 int send(Rank& rank, rdmx_ep_t* ep, const std::vector<std::uint8_t>& bytes, std::uint64_t tag,
-         unsigned flags, std::vector<rdmx_request_t>* later) {
-  const int rc = rdmx_tag_inject(ep, bytes.data(), bytes.size(), tag, flags);
+         unsigned flags, std::vector<rdmx_request_t>* later, bool header = false) {
+  std::uint64_t word = 0;
+  header = header && bytes.size() >= sizeof(word);
+  if (header) {
+    std::memcpy(&word, bytes.data(), sizeof(word));
+  }
+  const std::size_t rest = bytes.size() - (header ? sizeof(word) : 0);
+  const int rc =
+      !header ? rdmx_tag_inject(ep, bytes.data(), bytes.size(), tag, flags)
+              : rdmx_tag_inject_header(ep, word, rest != 0 ? bytes.data() + sizeof(word) : nullptr,
+                                       rest, tag, flags);
   if (rc == RDMX_ERR_NO_RESOURCE) {
     later->emplace_back();
     RDMX_CHECK_OK(rank, rdmx_tag_send(ep, bytes.data(), bytes.size(), tag, flags, &later->back(),
@@ -126,7 +138,7 @@ void sender(Rank& rank, Session& s) {
     rdmx_request_t r;
     RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &pong, sizeof(pong), s.uids[1], kPongTag | i, ~0ull,
                                       &r, nullptr, nullptr));
-    injected += send(rank, ep, msgs[i], i, 0, &later) == RDMX_OK ? 1 : 0;
+    injected += send(rank, ep, msgs[i], i, 0, &later, i % 2 == 0) == RDMX_OK ? 1 : 0;
     RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, nullptr, "pong"));
     RDMX_CHECK_EQ(rank, pong, i);
     wait_all(rank, s.worker, &later);
@@ -156,6 +168,9 @@ void sender(Rank& rank, Session& s) {
     progress_for(s.worker, 0.01);
     RDMX_CHECK_EQ(rank, rdmx_tag_inject(ep, msgs[kBigIndex].data(), kBig, kBigIndex, 0),
                   RDMX_ERR_NO_RESOURCE);
+    RDMX_CHECK_EQ(rank,
+                  rdmx_tag_inject_header(ep, 0, msgs[kBigIndex].data() + 8, kBig - 8, kBigIndex, 0),
+                  RDMX_ERR_NO_RESOURCE);
   }
   RDMX_CHECK_EQ(rank, send(rank, ep, msgs[kBigIndex], kBigIndex, 0, &later), RDMX_ERR_NO_RESOURCE);
   wait_all(rank, s.worker, &later);
@@ -164,6 +179,10 @@ void sender(Rank& rank, Session& s) {
   RDMX_CHECK_EQ(rank, rdmx_tag_inject(nullptr, &x, 1, 1, 0), RDMX_ERR_INVALID_PARAM);
   RDMX_CHECK_EQ(rank, rdmx_tag_inject(ep, nullptr, 1, 1, 0), RDMX_ERR_INVALID_PARAM);
   RDMX_CHECK_EQ(rank, rdmx_tag_inject(ep, &x, 1, 1, RDMX_SEND_SYNC), RDMX_ERR_INVALID_PARAM);
+  RDMX_CHECK_EQ(rank, rdmx_tag_inject_header(nullptr, 1, &x, 1, 1, 0), RDMX_ERR_INVALID_PARAM);
+  RDMX_CHECK_EQ(rank, rdmx_tag_inject_header(ep, 1, nullptr, 1, 1, 0), RDMX_ERR_INVALID_PARAM);
+  RDMX_CHECK_EQ(rank, rdmx_tag_inject_header(ep, 1, &x, 1, 1, RDMX_SEND_SYNC),
+                RDMX_ERR_INVALID_PARAM);
 
   quiesce(rank, s);  // rank 1 checked every message
   rank.barrier();

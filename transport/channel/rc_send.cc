@@ -154,7 +154,7 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
   static_assert(protocol::kRingMaxSlot >= protocol::kHeaderSize + protocol::kMaxBodySize);
   protocol::store_wire(head, h);
   if (body_length != 0) {
-    std::memcpy(head + protocol::kHeaderSize, body, body_length);
+    protocol::copy_payload(head + protocol::kHeaderSize, body, body_length);
   }
   if (to_ring) {
     if (length != 0) {

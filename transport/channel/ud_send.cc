@@ -97,7 +97,7 @@ inline Worker::PostResult Worker::post_ud(eager::SendPool& pool, Peer& peer, pro
   std::byte* data = pool.buffer(bcls, buf);
   protocol::store_wire(data, h);
   if (body_length != 0) {
-    std::memcpy(data + protocol::kHeaderSize, body, body_length);
+    protocol::copy_payload(data + protocol::kHeaderSize, body, body_length);
   }
   if (length != 0) {
     protocol::copy_payload(data + protocol::kHeaderSize + body_length, payload, length);
