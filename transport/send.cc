@@ -343,11 +343,7 @@ inline int Worker::send_now(eager::SendPool& pool, Peer& peer, const SendBytes& 
   }
   // An eager message has no body (protocol::body_size): the channel's body slot carries the
   // head, which it lays down right before the data, so the receiver sees one payload.
-  protocol::MsgHeader h = protocol::make_header(protocol::MsgKind::kEager);
-  h.src_ep = peer.remote_index;
-  h.payload_length = static_cast<std::uint32_t>(length);
-  h.tag = tag;
-  h.aux = 0;
+  protocol::MsgHeader h = message_header(peer, protocol::MsgKind::kEager, tag, 0, length);
   const PostResult res =
       peer.post(*this, peer, pool, h, bytes.head, bytes.head_length, bytes.data, bytes.length);
   if (res == PostResult::kNoResource) [[unlikely]] {
@@ -375,7 +371,7 @@ int Worker::send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64
 
 inline int Worker::inject_now(Peer& peer, const SendBytes& bytes, std::uint64_t tag,
                               unsigned flags) {
-  if ((bytes.data == nullptr && bytes.length != 0) || (flags & ~unsigned{RDMX_SEND_FLUSH}) != 0) {
+  if (!bytes.injectable(flags)) {
     return RDMX_ERR_INVALID_PARAM;
   }
   if (peer.state == PeerState::kFailed) [[unlikely]] {

@@ -209,7 +209,7 @@ int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, s
 
 int Worker::tag_inject_multi(Peer& peer, const SendBytes& bytes, std::uint64_t tag,
                              unsigned flags) {
-  if ((bytes.data != nullptr || bytes.length == 0) && (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
+  if (bytes.injectable(flags)) {
     if (const int ctx = cached_ctx(); ctx != kNoContext) [[likely]] {
       const int rc = send_shared(ctx, peer, bytes, tag, flags);
       if (rc != RDMX_ERR_NO_RESOURCE) {

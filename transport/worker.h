@@ -182,6 +182,10 @@ struct SendBytes {
   const void* data;
   std::size_t length;
   std::size_t total() const noexcept { return head_length + length; }
+  // The data and flags rdmx_tag_inject(_header) accept (the head is the API's own).
+  bool injectable(unsigned flags) const noexcept {
+    return (data != nullptr || length == 0) && (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0;
+  }
 };
 
 // Outstanding-wr_id accounting for tests (transport/debug.h).
@@ -454,6 +458,10 @@ class Worker {
   PostResult post_message(eager::SendPool& pool, Peer& peer, protocol::MsgKind kind,
                           std::uint64_t tag, std::uint32_t aux, const void* body,
                           std::size_t body_length, const void* payload, std::size_t length);
+  // The header of a message to `peer`, before the channel stamps its sequence and acks.
+  static protocol::MsgHeader message_header(const Peer& peer, protocol::MsgKind kind,
+                                            std::uint64_t tag, std::uint32_t aux,
+                                            std::size_t payload_length) noexcept;
   bool post_rc_flush(Peer& peer, int cls) { return post_rc_flush(*tx_->send, peer, cls); }
   bool post_rc_flush(eager::SendPool& pool, Peer& peer, int cls);
   void update_rc_credit_window() noexcept;
@@ -969,16 +977,23 @@ inline void Worker::complete(Request* r, int code) {
 
 // --- the send path's entry to the channel (chosen at setup: no mode test per message).
 
+inline protocol::MsgHeader Worker::message_header(const Peer& peer, protocol::MsgKind kind,
+                                                  std::uint64_t tag, std::uint32_t aux,
+                                                  std::size_t payload_length) noexcept {
+  protocol::MsgHeader h = protocol::make_header(kind);
+  h.src_ep = peer.remote_index;
+  h.payload_length = static_cast<std::uint32_t>(payload_length);
+  h.tag = tag;
+  h.aux = aux;
+  return h;
+}
+
 inline Worker::PostResult Worker::post_message(eager::SendPool& pool, Peer& peer,
                                                protocol::MsgKind kind, std::uint64_t tag,
                                                std::uint32_t aux, const void* body,
                                                std::size_t body_length, const void* payload,
                                                std::size_t length) {
-  protocol::MsgHeader h = protocol::make_header(kind);
-  h.src_ep = peer.remote_index;
-  h.payload_length = static_cast<std::uint32_t>(length);
-  h.tag = tag;
-  h.aux = aux;
+  protocol::MsgHeader h = message_header(peer, kind, tag, aux, length);
   return peer.post(*this, peer, pool, h, body, body_length, payload, length);
 }
 
