@@ -240,6 +240,9 @@ int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_
   if (worker == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
+  if (worker->impl->multi() && message == nullptr) [[unlikely]] {
+    return worker->impl->probe_shared(source, tag, tag_mask, status);
+  }
   const Locked held(*worker->impl);
   if (held.error() != RDMX_OK) [[unlikely]] {
     return held.error();

@@ -44,8 +44,8 @@ void Worker::run_watchdogs(std::uint64_t now) {
 }
 
 void Worker::run_liveness(std::uint64_t now) {
-  const bool waiting = active_head_ != nullptr || probe_waiting_;
-  probe_waiting_ = false;
+  const bool probed = probe_waiting_.exchange(false, std::memory_order_relaxed);
+  const bool waiting = active_head_ != nullptr || probed;
   const std::uint64_t timeout_us = std::uint64_t{config_.peer_timeout_ms} * 1000;
   const std::uint64_t quiet_us = timeout_us / kLiveProbeDiv;
   for (auto& owned : peers_) {

@@ -722,7 +722,8 @@ int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
   const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
   protocol::UnexpectedMsg* u = message != nullptr ? matcher_.mprobe(spec) : matcher_.probe(spec);
   if (u == nullptr) {
-    probe_waiting_ = true;  // someone waits in a probe loop: keep quiet peers under watch
+    // Someone waits in a probe loop: keep quiet peers under watch.
+    probe_waiting_.store(true, std::memory_order_relaxed);
     if (failed_code_ != 0) [[unlikely]] {
       return failed_code_;  // nothing more will come from anyone
     }
@@ -741,6 +742,15 @@ int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
     *message = reinterpret_cast<rdmx_message_t*>(static_cast<MsgDesc*>(u));
   }
   return 1;
+}
+
+int Worker::probe_shared(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
+                         rdmx_status_t* status) {
+  lock_shared_side();
+  const SharedSide shared(lock_);
+  // The peers, their failure, the unexpected messages and what they carry change only under the
+  // whole lock; recv_shared's posts (match_mu_) touch none of them.
+  return probe(source, tag, mask, status, nullptr);
 }
 
 int Worker::msg_recv(MsgDesc* d, void* buffer, std::size_t length, Request* r,

@@ -237,6 +237,10 @@ class Worker {
                std::uint64_t mask, Request* request, rdmx_callback_t callback, void* user_data);
   int probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask, rdmx_status_t* status,
             rdmx_message_t** message);
+  // MULTI: probe without a message handle (MPI_Iprobe) under the shared side of lock_ (recv.cc),
+  // as it reads only what exclusive holders write. An mprobe takes a message out: the lock's.
+  int probe_shared(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
+                   rdmx_status_t* status);
   int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                rdmx_callback_t callback, void* user_data);
   int cancel(Request* request);
@@ -851,7 +855,7 @@ class Worker {
   std::uint32_t ud_qps_in_error_ = 0;      // bit c: ud_qp_[c]; bit kNumClasses: ctrl_qp_
   // Liveness (liveness.cc): a probe found nothing since the last watchdog run (the application
   // waits in a probe loop), and dead peers whose callback has not run yet.
-  bool probe_waiting_ = false;
+  std::atomic<bool> probe_waiting_{false};  // written by probes under the shared side
   rdmx_peer_failure_cb_t peer_failure_cb_ = nullptr;
   void* peer_failure_arg_ = nullptr;
   std::vector<std::uint64_t> failed_uids_;

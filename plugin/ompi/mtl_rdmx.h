@@ -43,15 +43,16 @@ typedef struct mca_mtl_rdmx_request {
   struct opal_convertor_t* convertor;
   void* buffer;    /* packed (send) or staging (receive) copy for a non-contiguous datatype */
   size_t capacity; /* receive: bytes the buffer takes */
-  struct mca_mtl_rdmx_request* next_done; /* module's list of completions to deliver */
+  struct mca_mtl_rdmx_request* next_done; /* module's stack of completions to deliver */
   struct ompi_proc_t* peer; /* send: the destination, named when rdmx finds it unreachable */
-  /* Receives (irecv): listed in the module while posted, so that an MPI_ANY_SOURCE receive can
-   * be failed when a process of its communicator dies (mtl_rdmx_failure.c). */
+  /* MPI_ANY_SOURCE receives: listed in the module while posted, so that one can be failed when a
+   * process of its communicator dies (mtl_rdmx_failure.c). rdmx fails a receive naming a dead
+   * source by itself, so those are not listed. */
   struct mca_mtl_rdmx_request* posted_prev;
   struct mca_mtl_rdmx_request* posted_next;
   uint64_t source_uid;
   struct ompi_communicator_t* comm; /* receive: its communicator (MPI_ANY_SOURCE failure rule) */
-  bool posted;                      /* in the module's posted_recvs list */
+  bool posted;      /* in the module's posted_recvs list (written before rdmx has the request) */
   bool peer_failed; /* cancelled because its source is unreachable: an error, not a cancel */
   mca_mtl_rdmx_req_kind_t kind;
   bool free_buffer; /* buffer is ours (malloc'd by the datatype helpers) */
@@ -64,7 +65,9 @@ typedef struct mca_mtl_rdmx_endpoint {
   void* address; /* the peer worker's address blob, from the modex */
   size_t address_length;
   struct ompi_proc_t* proc;
-  bool unreachable; /* rdmx failed a request to it with RDMX_ERR_UNREACHABLE (said once) */
+  /* rdmx failed a request to it with RDMX_ERR_UNREACHABLE (said once). Set under the lock, read
+   * without it (atomics). */
+  bool unreachable;
   struct mca_mtl_rdmx_endpoint* prev; /* module's list, so finalize frees what del_procs did not */
   struct mca_mtl_rdmx_endpoint* next;
 } mca_mtl_rdmx_endpoint_t;
@@ -73,19 +76,23 @@ typedef struct mca_mtl_rdmx_module {
   mca_mtl_base_module_t super;
   rdmx_worker_t* worker;
   /* Under MPI_THREAD_MULTIPLE (rdmx's worker in thread mode multi, which locks itself) this lock
-   * guards the MTL's own state only: the lists below, endpoint creation and the dead processes.
-   * It is never held across an rdmx call that runs callbacks (progress, poll, destroy), since
-   * the callbacks take it; rdmx takes its worker lock inside it (lock order: this lock, then
-   * rdmx's; transport/README.md "Threads"). OPAL_THREAD_LOCK is a no-op without threads. */
+   * guards the MTL's own state only: endpoint creation, the posted_recvs list (MPI_ANY_SOURCE
+   * receives) and the dead processes. Sends, receives from a named source, probes, progress and
+   * completions take it only to connect to a peer, or once a process has died. It is never held
+   * across an rdmx call that runs callbacks (progress, poll, destroy), since a callback may take
+   * it; rdmx takes its worker lock inside it (lock order: this lock, then rdmx's;
+   * transport/README.md "Threads"). OPAL_THREAD_LOCK is a no-op without threads. */
   opal_mutex_t lock;
   /* Completions taken from rdmx callbacks, delivered to pml cm after rdmx returns (see
-   * mtl_rdmx_module.c). */
-  mca_mtl_rdmx_request_t* done_head;
-  mca_mtl_rdmx_request_t* done_tail;
+   * mtl_rdmx_module.c): a stack, pushed by any thread's callback, taken whole by progress
+   * (atomics under threads, no lock). */
+  mca_mtl_rdmx_request_t* done;
   mca_mtl_rdmx_endpoint_t* endpoints;
-  mca_mtl_rdmx_request_t* posted_recvs; /* irecv receives, while posted */
+  mca_mtl_rdmx_request_t* posted_recvs; /* MPI_ANY_SOURCE receives, while posted */
   /* Processes rdmx found dead (uids, mtl_rdmx_failure.c): appended by rdmx's peer-failure
-   * callback, acted on by progress from dead_handled on; kept for the MPI_ANY_SOURCE rule. */
+   * callback, acted on by progress from dead_handled on; kept for the MPI_ANY_SOURCE rule. The
+   * counts are written under the lock and stored atomically, so that progress and receives read
+   * them without it. */
   uint64_t* dead_uids;
   size_t dead_count;
   size_t dead_capacity;
@@ -161,8 +168,8 @@ void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc);
 /* posted_recvs list; called with the module lock held. */
 void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r);
 void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r);
-/* Queues r's completion with status error (delivered by the next progress); lock held (the rdmx
- * callback is the same without the lock held). */
+/* Queues the completion, with status error, of a request rdmx does not have (delivered by the
+ * next progress). Lock held or not. */
 void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error);
 
 /* Dead processes (mtl_rdmx_failure.c). The rdmx peer-failure callback: records the uid. */

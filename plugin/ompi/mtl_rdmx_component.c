@@ -463,8 +463,7 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
   }
 
   ompi_mtl_rdmx.posted_recvs = NULL;
-  ompi_mtl_rdmx.done_head = NULL;
-  ompi_mtl_rdmx.done_tail = NULL;
+  ompi_mtl_rdmx.done = NULL;
   ompi_mtl_rdmx.endpoints = NULL;
   /* Dead peers: fail the MPI_ANY_SOURCE receives they could have satisfied (mtl_rdmx_failure.c). */
   (void)rdmx_worker_set_peer_failure_callback(ompi_mtl_rdmx.worker, ompi_mtl_rdmx_peer_failed,

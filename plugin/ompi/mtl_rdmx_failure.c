@@ -37,7 +37,8 @@ static void record_dead(uint64_t uid) {
     ompi_mtl_rdmx.dead_uids = uids;
     ompi_mtl_rdmx.dead_capacity = capacity;
   }
-  ompi_mtl_rdmx.dead_uids[ompi_mtl_rdmx.dead_count++] = uid;
+  ompi_mtl_rdmx.dead_uids[ompi_mtl_rdmx.dead_count] = uid;
+  __atomic_store_n(&ompi_mtl_rdmx.dead_count, ompi_mtl_rdmx.dead_count + 1, __ATOMIC_RELAXED);
 }
 
 void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg) {
@@ -104,7 +105,8 @@ void ompi_mtl_rdmx_handle_peer_failures(void) {
       OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
       return;
     }
-    uid = ompi_mtl_rdmx.dead_uids[ompi_mtl_rdmx.dead_handled++];
+    uid = ompi_mtl_rdmx.dead_uids[ompi_mtl_rdmx.dead_handled];
+    __atomic_store_n(&ompi_mtl_rdmx.dead_handled, ompi_mtl_rdmx.dead_handled + 1, __ATOMIC_RELAXED);
     fail_any_source_recvs(uid);
     e = endpoint_of(uid);
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
@@ -123,5 +125,7 @@ void ompi_mtl_rdmx_handle_peer_failures(void) {
 void ompi_mtl_rdmx_dead_fini(void) {
   free(ompi_mtl_rdmx.dead_uids);
   ompi_mtl_rdmx.dead_uids = NULL;
-  ompi_mtl_rdmx.dead_count = ompi_mtl_rdmx.dead_capacity = ompi_mtl_rdmx.dead_handled = 0;
+  ompi_mtl_rdmx.dead_capacity = 0;
+  __atomic_store_n(&ompi_mtl_rdmx.dead_count, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ompi_mtl_rdmx.dead_handled, 0, __ATOMIC_RELAXED);
 }

@@ -6,8 +6,9 @@
  * ompi_mtl_rdmx_progress hands each queued request to pml cm (unpack, status,
  * completion_callback). pml cm may then recycle the request, even repost it from a completion
  * hook, without rdmx still holding its storage, and no rdmx call is ever made from inside rdmx.
- * Under MPI_THREAD_MULTIPLE the queue is the module lock's (mtl_rdmx.h): the thread whose
- * progress ran a callback queues it, any thread's progress may deliver it.
+ * Under MPI_THREAD_MULTIPLE the queue is a lock-free stack (done_push, done_take): the thread
+ * whose progress ran a callback pushes the request, any thread's progress takes all there are and
+ * delivers them in the order they came. A progress call that finds it empty costs one load.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,20 +195,6 @@ void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r) {
   r->posted = false;
 }
 
-/* The peer is gone: its posted receives would wait forever. Cancel them in rdmx and complete
- * them as errors (peer_failed), unless rdmx matched them already. Lock held. */
-static void fail_posted_recvs(uint64_t uid) {
-  mca_mtl_rdmx_request_t* r = ompi_mtl_rdmx.posted_recvs;
-  while (NULL != r) {
-    mca_mtl_rdmx_request_t* next = r->posted_next; /* cancel may run r's callback */
-    if (r->source_uid == uid) {
-      r->peer_failed = true;
-      (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &r->rdmx); /* BUSY: matched, completes */
-    }
-    r = next;
-  }
-}
-
 void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
   mca_mtl_rdmx_endpoint_t* e =
       NULL != proc ? proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] : NULL;
@@ -219,10 +206,10 @@ void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     return;
   }
-  e->unreachable = true;
-  if (NULL != ompi_mtl_rdmx.worker) {
-    fail_posted_recvs(mtl_rdmx_uid_of(&proc->super.proc_name));
-  }
+  /* Receives from it posted from now on fail at once (source_unreachable, which reads this
+   * without the lock). Those posted before are rdmx's: it fails them if the peer died, and keeps
+   * them if it left cleanly, since what it sent before leaving may still be on its way. */
+  __atomic_store_n(&e->unreachable, true, __ATOMIC_RELEASE);
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   opal_output(0,
               "mtl rdmx: process %s (MPI_COMM_WORLD rank %u) on %s is unreachable (it died, hung "
@@ -305,29 +292,58 @@ int ompi_mtl_rdmx_del_comm(struct mca_mtl_base_module_t* mtl, struct ompi_commun
 
 /* ---- completion ---------------------------------------------------------------------------- */
 
-/* Lock held. */
-static void queue_done(mca_mtl_rdmx_request_t* r, const rdmx_status_t* status) {
+/* Queues a completion: pushed onto the stack of done requests, with release so that whoever
+ * takes it sees the status. The setup-time choice opal_using_threads() is the same branch
+ * OPAL_THREAD_LOCK makes. */
+static void done_push(mca_mtl_rdmx_request_t* r, const rdmx_status_t* status) {
   r->status = *status;
-  ompi_mtl_rdmx_posted_unlink(r);
-  r->next_done = NULL;
-  if (NULL != ompi_mtl_rdmx.done_tail) {
-    ompi_mtl_rdmx.done_tail->next_done = r;
+  if (opal_using_threads()) {
+    mca_mtl_rdmx_request_t* head = __atomic_load_n(&ompi_mtl_rdmx.done, __ATOMIC_RELAXED);
+    do {
+      r->next_done = head;
+    } while (!__atomic_compare_exchange_n(&ompi_mtl_rdmx.done, &head, r, true, __ATOMIC_RELEASE,
+                                          __ATOMIC_RELAXED));
   } else {
-    ompi_mtl_rdmx.done_head = r;
+    r->next_done = ompi_mtl_rdmx.done;
+    ompi_mtl_rdmx.done = r;
   }
-  ompi_mtl_rdmx.done_tail = r;
+}
+
+/* Takes every queued completion, oldest first. */
+static mca_mtl_rdmx_request_t* done_take(void) {
+  mca_mtl_rdmx_request_t* r;
+  mca_mtl_rdmx_request_t* fifo = NULL;
+  if (opal_using_threads()) {
+    r = NULL == __atomic_load_n(&ompi_mtl_rdmx.done, __ATOMIC_RELAXED)
+            ? NULL
+            : __atomic_exchange_n(&ompi_mtl_rdmx.done, NULL, __ATOMIC_ACQUIRE);
+  } else {
+    r = ompi_mtl_rdmx.done;
+    ompi_mtl_rdmx.done = NULL;
+  }
+  while (NULL != r) { /* newest first: reverse */
+    mca_mtl_rdmx_request_t* next = r->next_done;
+    r->next_done = fifo;
+    fifo = r;
+    r = next;
+  }
+  return fifo;
 }
 
 void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data) {
+  mca_mtl_rdmx_request_t* r = user_data;
   (void)request;
-  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-  queue_done(user_data, status);
-  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  if (OPAL_UNLIKELY(r->posted)) { /* an MPI_ANY_SOURCE receive: leaves the list */
+    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    ompi_mtl_rdmx_posted_unlink(r);
+    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  }
+  done_push(r, status);
 }
 
 void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error) {
   rdmx_status_t s = {.error = error, .tag = 0, .source = r->source_uid, .length = 0};
-  queue_done(r, &s);
+  done_push(r, &s);
 }
 
 static int mpi_error_of(const rdmx_status_t* s) {
@@ -424,11 +440,9 @@ int ompi_mtl_rdmx_progress(void) {
                                 ? 1
                                 : ompi_mtl_rdmx_params.progress_polls,
                             MTL_RDMX_SPIN_GAP_US);
-  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-  r = ompi_mtl_rdmx.done_head;
-  ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
-  dead_news = ompi_mtl_rdmx.dead_handled != ompi_mtl_rdmx.dead_count;
-  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  r = done_take();
+  dead_news = __atomic_load_n(&ompi_mtl_rdmx.dead_handled, __ATOMIC_RELAXED) !=
+              __atomic_load_n(&ompi_mtl_rdmx.dead_count, __ATOMIC_RELAXED);
   /* A long wait yields the CPU, which a software device's kernel work needs (rdmx_worker_idle),
    * and under threads the threads Open MPI woke. A call that found the worker busy with another
    * thread's poll counts as idle here: that thread progresses for this one. */
@@ -466,20 +480,19 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
   }
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   if (NULL != ompi_mtl_rdmx.worker) {
-    /* Fails what is still active; those callbacks only queue onto done_head (taking the lock,
-     * which is why it is not held here). */
+    /* Fails what is still active; those callbacks only queue (an MPI_ANY_SOURCE receive's
+     * takes the lock, which is why it is not held here). */
     rdmx_worker_destroy(ompi_mtl_rdmx.worker);
     ompi_mtl_rdmx.worker = NULL;
   }
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   /* Requests nobody waited for: pml cm is going away, release only what is ours. */
-  for (r = ompi_mtl_rdmx.done_head; NULL != r; r = r->next_done) {
+  for (r = done_take(); NULL != r; r = r->next_done) {
     if (r->free_buffer) {
       free(r->buffer);
       r->free_buffer = false;
     }
   }
-  ompi_mtl_rdmx.done_head = ompi_mtl_rdmx.done_tail = NULL;
   ompi_mtl_rdmx.posted_recvs = NULL;
   ompi_mtl_rdmx_dead_fini();
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);

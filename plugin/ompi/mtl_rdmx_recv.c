@@ -23,7 +23,7 @@ static uint64_t rdmx_source(struct ompi_communicator_t* comm, int src) {
 /* A specific source: connects to it first if this process has no endpoint to it yet (endpoints
  * are made on the first send; a process that only receives from a peer would otherwise have no
  * connection through which rdmx can find the peer dead), then says whether it is already known
- * unreachable (ompi_mtl_rdmx_peer_unreachable). Lock held. */
+ * unreachable (ompi_mtl_rdmx_peer_unreachable). Takes the lock only to connect. */
 static bool source_unreachable(struct ompi_communicator_t* comm, int src) {
   ompi_proc_t* proc;
   const mca_mtl_rdmx_endpoint_t* e;
@@ -31,12 +31,30 @@ static bool source_unreachable(struct ompi_communicator_t* comm, int src) {
     return false;
   }
   proc = ompi_comm_peer_lookup(comm, src);
+  (void)ompi_mtl_rdmx_ep_of(proc); /* says why when it cannot */
   e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
-  if (OPAL_UNLIKELY(NULL == e || NULL == e->ep)) {
-    (void)ompi_mtl_rdmx_get_ep(proc); /* says why when it cannot */
-    e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+  return NULL != e && __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE);
+}
+
+/* Posts an MPI_ANY_SOURCE receive, listed (mtl_rdmx.h) before rdmx has it, since rdmx may complete
+ * it (callback: unlink) at once. Fails it if a process it could wait for is dead and nothing
+ * there matched it (the MPI_ANY_SOURCE rule, mtl_rdmx_failure.c). */
+static int post_any_source(mca_mtl_rdmx_request_t* req, void* start, size_t length, uint64_t match,
+                           uint64_t mask) {
+  int rc;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  ompi_mtl_rdmx_posted_link(req);
+  rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, RDMX_ANY_SOURCE, match, mask, &req->rdmx,
+                     ompi_mtl_rdmx_callback, req);
+  if (OPAL_UNLIKELY(RDMX_OK != rc)) {
+    ompi_mtl_rdmx_posted_unlink(req);
+  } else if (OPAL_UNLIKELY(0 != ompi_mtl_rdmx.dead_count) && req->posted &&
+             ompi_mtl_rdmx_comm_has_dead(req->comm)) {
+    req->peer_failed = true;
+    (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &req->rdmx);
   }
-  return NULL != e && e->unreachable;
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  return rc;
 }
 
 /* Where the message lands: the user's buffer when the datatype is contiguous, else a staging
@@ -92,38 +110,25 @@ int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communica
   req->peer_failed = false;
   req->posted = false;
   for (;;) {
-    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-    if (OPAL_UNLIKELY(source_unreachable(comm, src))) {
-      req->peer_failed = true;
-      ompi_mtl_rdmx_complete_now(req, RDMX_ERR_UNREACHABLE);
-      OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
-      return OMPI_SUCCESS;
+    if (RDMX_ANY_SOURCE == source) {
+      rc = post_any_source(req, start, length, match, mask);
+    } else if (OPAL_UNLIKELY(source_unreachable(comm, src))) {
+      rc = RDMX_ERR_UNREACHABLE;
+    } else {
+      /* Not listed, no lock: rdmx fails the receive if the source dies. */
+      rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
+                         ompi_mtl_rdmx_callback, req);
     }
-    /* Listed before posting: rdmx may complete it (callback: unlink) inside the call. */
-    ompi_mtl_rdmx_posted_link(req);
-    rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
-                       ompi_mtl_rdmx_callback, req);
-    if (OPAL_UNLIKELY(RDMX_OK != rc)) {
-      ompi_mtl_rdmx_posted_unlink(req);
-    } else if (OPAL_UNLIKELY(0 != ompi_mtl_rdmx.dead_count) && RDMX_ANY_SOURCE == source &&
-               req->posted && ompi_mtl_rdmx_comm_has_dead(comm)) {
-      /* Nothing there it could take, and a process it could wait for is dead: fails (the
-       * MPI_ANY_SOURCE rule, mtl_rdmx_failure.c). */
-      req->peer_failed = true;
-      (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &req->rdmx);
-    }
-    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
       break;
     }
     ompi_mtl_rdmx_progress();
   }
   if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == rc)) {
-    /* rdmx knows the source dead (the MTL may not have heard yet): as source_unreachable. */
-    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+    /* Known unreachable, here or by rdmx (the MTL may not have heard yet): an error, with
+     * nothing received. */
     req->peer_failed = true;
     ompi_mtl_rdmx_complete_now(req, RDMX_ERR_UNREACHABLE);
-    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     return OMPI_SUCCESS;
   }
   return OPAL_LIKELY(RDMX_OK == rc) ? OMPI_SUCCESS : post_failed(req, rc);
@@ -146,21 +151,22 @@ static int probe(struct ompi_communicator_t* comm, int src, uint64_t match, uint
                  rdmx_status_t* s, rdmx_message_t** message) {
   const uint64_t source = rdmx_source(comm, src);
   int found;
-  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
   (void)source_unreachable(comm, src); /* connects, so that a dead source is found */
   found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
-  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   if (0 == found) {
     ompi_mtl_rdmx_progress();
-    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
     found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
     /* A specific dead source: rdmx says RDMX_ERR_UNREACHABLE. MPI_ANY_SOURCE: the MTL's rule
      * (mtl_rdmx_failure.c), so that an MPI_Probe loop ends instead of waiting for ever. */
-    if (OPAL_UNLIKELY(0 == found && 0 != ompi_mtl_rdmx.dead_count) && RDMX_ANY_SOURCE == source &&
-        ompi_mtl_rdmx_comm_has_dead(comm)) {
-      found = RDMX_ERR_UNREACHABLE;
+    if (OPAL_UNLIKELY(0 == found &&
+                      0 != __atomic_load_n(&ompi_mtl_rdmx.dead_count, __ATOMIC_RELAXED)) &&
+        RDMX_ANY_SOURCE == source) {
+      OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+      if (ompi_mtl_rdmx_comm_has_dead(comm)) {
+        found = RDMX_ERR_UNREACHABLE;
+      }
+      OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     }
-    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   }
   return found;
 }

@@ -175,10 +175,10 @@ TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
 }
 
 // An eager send that leaves at once takes only the shared side of the worker lock (and its
-// peer's and UD's post locks), and so does a receive that nothing unexpected matches (with the
-// matcher's lock): they go through while another thread holds that side, where progress and
-// every other call wait. A synchronous send, and a receive that an unexpected message matches,
-// take the whole lock.
+// peer's and UD's post locks), and so do a receive that nothing unexpected matches (with the
+// matcher's lock) and a probe: they go through while another thread holds that side, where
+// progress and every other call wait. A synchronous send, and a receive that an unexpected
+// message matches, take the whole lock.
 TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   RDMX_REQUIRE_DEVICE();
   const rdmx_transport_t transport = GetParam();
@@ -305,6 +305,26 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             (void)rdmx_worker_progress(w);
           }
           RDMX_CHECK_EQ(rank, probed.length, 16u);
+          // A probe runs beside the shared side (it reads only what the whole lock writes); an
+          // mprobe, which takes the message out, would wait for the whole lock.
+          {
+            std::atomic<int> found{-1};
+            std::thread prober;
+            {
+              auto shared = transport::debug::hold_worker_lock_shared(w);
+              prober = std::thread([&] {
+                rdmx_status_t st{};
+                found = rdmx_tag_probe(w, s.uids[0], handoff_tag(7), kExact, &st, nullptr);
+                RDMX_CHECK_EQ(rank, st.length, 16u);
+              });
+              const auto t1 = std::chrono::steady_clock::now();
+              while (found.load() < 0 && seconds_since(t1) < 20.0) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+              }
+              RDMX_CHECK_EQ(rank, found.load(), 1);
+            }
+            prober.join();  // after the lock is let go: a probe that waited for it ends now
+          }
           std::vector<std::uint8_t> buf(64);
           rdmx_request_t req;
           std::atomic<bool> sync_posted{false};
