@@ -722,8 +722,11 @@ int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
   const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
   protocol::UnexpectedMsg* u = message != nullptr ? matcher_.mprobe(spec) : matcher_.probe(spec);
   if (u == nullptr) {
-    // Someone waits in a probe loop: keep quiet peers under watch.
-    probe_waiting_.store(true, std::memory_order_relaxed);
+    // Someone waits in a probe loop: keep quiet peers under watch. Stored only when not set
+    // yet, so that threads probing side by side (probe_shared) do not take the line in turn.
+    if (!probe_waiting_.load(std::memory_order_relaxed)) {
+      probe_waiting_.store(true, std::memory_order_relaxed);
+    }
     if (failed_code_ != 0) [[unlikely]] {
       return failed_code_;  // nothing more will come from anyone
     }

@@ -52,7 +52,9 @@ typedef struct mca_mtl_rdmx_request {
   struct mca_mtl_rdmx_request* posted_next;
   uint64_t source_uid;
   struct ompi_communicator_t* comm; /* receive: its communicator (MPI_ANY_SOURCE failure rule) */
-  bool posted;      /* in the module's posted_recvs list (written before rdmx has the request) */
+  /* In posted_recvs: set before rdmx has the request, then cleared only by its callback, which
+   * reads it without the lock. */
+  bool posted;
   bool peer_failed; /* cancelled because its source is unreachable: an error, not a cancel */
   mca_mtl_rdmx_req_kind_t kind;
   bool free_buffer; /* buffer is ours (malloc'd by the datatype helpers) */
