@@ -67,8 +67,7 @@ typedef struct mca_mtl_rdmx_endpoint {
   void* address; /* the peer worker's address blob, from the modex */
   size_t address_length;
   struct ompi_proc_t* proc;
-  /* rdmx failed a request to it with RDMX_ERR_UNREACHABLE (said once). Set under the lock, read
-   * without it (atomics). */
+  /* rdmx failed a request to it with RDMX_ERR_UNREACHABLE: said once (under the lock). */
   bool unreachable;
   struct mca_mtl_rdmx_endpoint* prev; /* module's list, so finalize frees what del_procs did not */
   struct mca_mtl_rdmx_endpoint* next;

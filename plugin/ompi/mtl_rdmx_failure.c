@@ -111,7 +111,7 @@ void ompi_mtl_rdmx_handle_peer_failures(void) {
     e = endpoint_of(uid);
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     if (NULL != e) {
-      ompi_mtl_rdmx_peer_unreachable(e->proc); /* says so once; later receives fail at once */
+      ompi_mtl_rdmx_peer_unreachable(e->proc); /* says so once */
     } else {
       opal_output(0,
                   "mtl rdmx: process [%u,%u] is unreachable (it died or hung; rdmx declares "

@@ -206,10 +206,9 @@ void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
     OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
     return;
   }
-  /* Receives from it posted from now on fail at once (source_unreachable, which reads this
-   * without the lock). Those posted before are rdmx's: it fails them if the peer died, and keeps
-   * them if it left cleanly, since what it sent before leaving may still be on its way. */
-  __atomic_store_n(&e->unreachable, true, __ATOMIC_RELEASE);
+  /* Only said once: receives from it are rdmx's to fail (it refuses them once the peer is dead,
+   * but still matches what the peer sent before dying or leaving). */
+  e->unreachable = true;
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   opal_output(0,
               "mtl rdmx: process %s (MPI_COMM_WORLD rank %u) on %s is unreachable (it died, hung "

@@ -22,18 +22,14 @@ static uint64_t rdmx_source(struct ompi_communicator_t* comm, int src) {
 
 /* A specific source: connects to it first if this process has no endpoint to it yet (endpoints
  * are made on the first send; a process that only receives from a peer would otherwise have no
- * connection through which rdmx can find the peer dead), then says whether it is already known
- * unreachable (ompi_mtl_rdmx_peer_unreachable). Takes the lock only to connect. */
-static bool source_unreachable(struct ompi_communicator_t* comm, int src) {
-  ompi_proc_t* proc;
-  const mca_mtl_rdmx_endpoint_t* e;
-  if (MPI_ANY_SOURCE == src) {
-    return false;
+ * connection through which rdmx can find the peer dead). Whether the source is unreachable is
+ * rdmx's to say, not the MTL's: rdmx still matches what a dead peer sent before dying, and keeps
+ * receives from a peer that left cleanly, where a flag here would fail them and lose the message.
+ * Takes the lock only to connect. */
+static void connect_source(struct ompi_communicator_t* comm, int src) {
+  if (MPI_ANY_SOURCE != src) {
+    (void)ompi_mtl_rdmx_ep_of(ompi_comm_peer_lookup(comm, src)); /* says why when it cannot */
   }
-  proc = ompi_comm_peer_lookup(comm, src);
-  (void)ompi_mtl_rdmx_ep_of(proc); /* says why when it cannot */
-  e = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
-  return NULL != e && __atomic_load_n(&e->unreachable, __ATOMIC_ACQUIRE);
 }
 
 /* Posts an MPI_ANY_SOURCE receive, listed (mtl_rdmx.h) before rdmx has it, since rdmx may complete
@@ -112,10 +108,10 @@ int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communica
   for (;;) {
     if (RDMX_ANY_SOURCE == source) {
       rc = post_any_source(req, start, length, match, mask);
-    } else if (OPAL_UNLIKELY(source_unreachable(comm, src))) {
-      rc = RDMX_ERR_UNREACHABLE;
     } else {
-      /* Not listed, no lock: rdmx fails the receive if the source dies. */
+      /* Not listed, no lock: rdmx fails the receive if the source dies, and refuses it if the
+       * source is dead and nothing it sent matches. */
+      connect_source(comm, src);
       rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
                          ompi_mtl_rdmx_callback, req);
     }
@@ -125,8 +121,8 @@ int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communica
     ompi_mtl_rdmx_progress();
   }
   if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == rc)) {
-    /* Known unreachable, here or by rdmx (the MTL may not have heard yet): an error, with
-     * nothing received. */
+    /* rdmx refused it: the source is dead and sent nothing that matches. An error, with nothing
+     * received. */
     req->peer_failed = true;
     ompi_mtl_rdmx_complete_now(req, RDMX_ERR_UNREACHABLE);
     return OMPI_SUCCESS;
@@ -151,7 +147,7 @@ static int probe(struct ompi_communicator_t* comm, int src, uint64_t match, uint
                  rdmx_status_t* s, rdmx_message_t** message) {
   const uint64_t source = rdmx_source(comm, src);
   int found;
-  (void)source_unreachable(comm, src); /* connects, so that a dead source is found */
+  connect_source(comm, src); /* so that a dead source is found */
   found = rdmx_tag_probe(ompi_mtl_rdmx.worker, source, match, mask, s, message);
   if (0 == found) {
     ompi_mtl_rdmx_progress();

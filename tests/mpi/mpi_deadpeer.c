@@ -4,7 +4,9 @@
  * rank 0 then posts a receive from it, eager sends and a synchronous send to it and checks
  * that the Issend and the Irecv complete with an error (MPI_ERRORS_RETURN) and nothing is still
  * pending after RDMX_DEADPEER_BOUND seconds
- * (default 90; the transport's peer timeout is set lower by the test). Run with mpirun options
+ * (default 90; the transport's peer timeout is set lower by the test). A message rank 1 sent
+ * before dying, received only once its death is known (its sends failed), must still arrive
+ * whole: dead means nothing more comes, not that what came is lost. Run with mpirun options
  * that let the job go on after a rank dies (tests/mpi/CMakeLists.txt). Rank 0 prints
  * "PASS mpi_deadpeer ..." and leaves with _exit(0): MPI_Finalize would wait for the dead rank.
  *
@@ -30,6 +32,8 @@
 #include <unistd.h>
 
 #define NSENDS 32
+
+static const int kLastWord = 0x1a57; /* rank 1's message before it dies */
 
 static void fail(const char* what) {
   fprintf(stderr, "mpi_deadpeer: FAIL: %s\n", what);
@@ -191,6 +195,11 @@ int main(int argc, char** argv) {
   if (argc > 1 && 0 == strcmp(argv[1], "never")) {
     never_connected(rank, bound);
   }
+  /* The last word: sent before the ping, so in order it is here once the ping is. */
+  if (argc == 1 && rank == 1 &&
+      MPI_SUCCESS != MPI_Send(&kLastWord, 1, MPI_INT, 0, 10, MPI_COMM_WORLD)) {
+    fail("sending the last word before the death");
+  }
   /* Connected both ways before the death. */
   if (MPI_SUCCESS != MPI_Sendrecv_replace(&ping, 1, MPI_INT, 1 - rank, 1, 1 - rank, 1,
                                           MPI_COMM_WORLD, MPI_STATUS_IGNORE)) {
@@ -265,6 +274,11 @@ int main(int argc, char** argv) {
   }
   if (MPI_Wtime() - t0 > 5.0) {
     fail("MPI_Send / MPI_Recv with a rank known dead took more than 5 s to fail");
+  }
+  inbox = 0;
+  if (MPI_SUCCESS != MPI_Recv(&inbox, 1, MPI_INT, 1, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE) ||
+      inbox != kLastWord) {
+    fail("a message the rank sent before dying was lost once its death was known");
   }
   printf("PASS mpi_deadpeer (np 2)\n");
   fflush(stdout);
