@@ -687,9 +687,10 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
   lock_shared_side();
   const SharedSide shared(lock_);
   // Only exclusive holders add unexpected messages and peers, or fail them: what is read here
-  // holds until the receive is posted. Delivering an unexpected message (its buffer, a match-ack,
-  // a rendezvous) is theirs too, so a receive that one matches is left to the locked path.
-  const std::lock_guard<std::mutex> match(match_mu_);
+  // holds until the receive is posted, so it is read before match_mu_, which covers only the
+  // posted receives and the active list that other shared holders write too. Delivering an
+  // unexpected message (its buffer, a match-ack, a rendezvous) is the exclusive holders' as well,
+  // so a receive that one matches is left to the locked path.
   std::uint32_t src = protocol::kAnySource;
   if (source != RDMX_ANY_SOURCE) {
     const Peer* p = find_peer(source);
@@ -703,6 +704,7 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
     return false;
   }
   init_recv(r, buffer, length, spec, callback, user_data, static_cast<std::uint16_t>(ctx));
+  const std::lock_guard<std::mutex> match(match_mu_);
   matcher_.post_unmatched(r->recv);
   activate(r);
   return true;
