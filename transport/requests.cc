@@ -7,6 +7,18 @@ namespace rdmx::transport {
 Worker::Completions Worker::take_completions() {
   Completions c;
   c.head = done_head_;
+  if (shared_done_.load(std::memory_order_relaxed) != nullptr) [[unlikely]] {
+    // Sends completed under the shared side, newest first: reversed, after the others.
+    Request* pushed = shared_done_.exchange(nullptr, std::memory_order_acquire);
+    Request* oldest = nullptr;
+    while (pushed != nullptr) {
+      Request* next = pushed->next;
+      pushed->next = oldest;
+      oldest = pushed;
+      pushed = next;
+    }
+    (done_tail_ != nullptr ? done_tail_->next : c.head) = oldest;
+  }
   done_head_ = done_tail_ = nullptr;
   if (!failed_uids_.empty()) [[unlikely]] {
     c.failed_uids.swap(failed_uids_);

@@ -353,20 +353,68 @@ inline int Worker::send_now(eager::SendPool& pool, Peer& peer, const SendBytes& 
   return res == PostResult::kPosted ? RDMX_OK : RDMX_ERR_IO;
 }
 
+// The locks of a send under the shared side. While the shared side is held only other such
+// sends, receives and probes run: nothing changes threads_ or the state that exclusive holders
+// alone write (progress, wire-up, failures, the flush list). The context is the thread's own; the
+// peer's send state (batch included) is post_mu's, UD's shared send state ud_post_mu_'s.
+class Worker::SharedPost {
+ public:
+  SharedPost(Worker& w, Peer& peer) : post_(peer.post_mu), ud_(w.ud_post_mu_, std::defer_lock) {
+    if (w.ud_mode_) {
+      ud_.lock();
+    }
+  }
+
+ private:
+  const std::lock_guard<std::mutex> post_;
+  std::unique_lock<std::mutex> ud_;
+};
+
 int Worker::send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64_t tag,
                         unsigned flags) {
   lock_shared_side();
   const SharedSide shared(lock_);
-  ThreadCtx& tc = threads_[static_cast<std::size_t>(ctx)];
-  // While the shared side is held only other such sends run: nothing changes threads_ or the
-  // state that exclusive holders alone write (progress, wire-up, failures). The context is the
-  // thread's own; the peer's send state is post_mu's, UD's shared send state ud_post_mu_'s.
-  const std::lock_guard<std::mutex> post(peer.post_mu);
-  std::unique_lock<std::mutex> ud(ud_post_mu_, std::defer_lock);
-  if (ud_mode_) {
-    ud.lock();
+  const SharedPost post(*this, peer);
+  return send_now(*threads_[static_cast<std::size_t>(ctx)].send, peer, bytes, tag, flags);
+}
+
+bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::size_t length,
+                                 std::uint64_t tag, unsigned flags, Request* r,
+                                 rdmx_callback_t callback, void* user_data) {
+  lock_shared_side();
+  const SharedSide shared(lock_);
+  const SharedPost post(*this, peer);
+  int rc = send_now(*threads_[static_cast<std::size_t>(ctx)].send, peer,
+                    SendBytes{nullptr, 0, buffer, length}, tag, flags);
+  if (rc == RDMX_ERR_NO_RESOURCE) {
+    // A burst (a window of MPI_Isends): join the peer's batch as coalesce() would. Only one that
+    // is open: opening it lists the peer for the next progress call (flush_list_, the exclusive
+    // holders'), and a full one is flushed under the whole lock too.
+    if (peer.state != PeerState::kConnected || peer.pending_head != nullptr ||
+        !peer.pending_match_acks.empty() || peer.batch.count() == 0 ||
+        rendezvous_size(peer, length) || !wants_coalesce(peer, length, flags, /*queued=*/false) ||
+        !peer.batch.fits(length)) {
+      return false;
+    }
+    (void)peer.batch.append(tag, buffer, length);
+    rc = RDMX_OK;
   }
-  return send_now(*tc.send, peer, bytes, tag, flags);
+  const auto thread = static_cast<std::uint16_t>(ctx);
+  if (callback == nullptr) {
+    init_done_send(r, length, tag, flags, rc, thread);
+    return true;
+  }
+  // Completed now, called back by the next progress call (posting calls run no callbacks).
+  init_request(r, ReqType::kSend, callback, user_data, thread);
+  r->status = rdmx_status_t{.error = rc, .tag = tag, .source = 0, .length = length};
+  r->send_flags = static_cast<std::uint16_t>(flags);
+  move_to(r, ReqState::kCompleting);
+  Request* head = shared_done_.load(std::memory_order_relaxed);
+  do {
+    r->next = head;
+  } while (!shared_done_.compare_exchange_weak(head, r, std::memory_order_release,
+                                               std::memory_order_relaxed));
+  return true;
 }
 
 inline int Worker::inject_now(Peer& peer, const SendBytes& bytes, std::uint64_t tag,

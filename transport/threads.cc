@@ -4,7 +4,8 @@
 //
 // Lock order (transport/README.md, "Threads"). rdmx has one lock per worker, held only inside an
 // rdmx call: a host's own locks (the Open MPI MTL's list lock) come before it. An eager send that
-// leaves at once holds its shared side, then its peer's post lock (send_shared, send.cc); a
+// leaves at once or joins an open batch holds its shared side, then its peer's post lock
+// (send_shared, send_request_shared, send.cc); a
 // receive that nothing unexpected matches its shared side and the matcher's lock (recv_shared,
 // recv.cc). rdmx never calls the host with it held: request and peer-failure callbacks run after
 // progress_any, wait or destroy released it (take_completions under the lock, run_completions
@@ -189,15 +190,13 @@ void Worker::lock_shared_side() noexcept {
 
 int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                            unsigned flags, Request* r, rdmx_callback_t callback, void* user_data) {
-  // tag_send's own fast case (no callback, not synchronous, leaves at once) under the shared side.
-  if (r != nullptr && callback == nullptr && (buffer != nullptr || length == 0) &&
+  // A standard eager send that leaves at once or joins an open batch, under the shared side.
+  if (r != nullptr && (buffer != nullptr || length == 0) &&
       (flags & ~unsigned{RDMX_SEND_FLUSH}) == 0) {
-    if (const int ctx = cached_ctx(); ctx != kNoContext) [[likely]] {
-      const int rc = send_shared(ctx, peer, SendBytes{nullptr, 0, buffer, length}, tag, flags);
-      if (rc != RDMX_ERR_NO_RESOURCE) {
-        init_done_send(r, length, tag, flags, rc, static_cast<std::uint16_t>(ctx));
-        return RDMX_OK;
-      }
+    if (const int ctx = cached_ctx();
+        ctx != kNoContext && send_request_shared(ctx, peer, buffer, length, tag, flags, r, callback,
+                                                 user_data)) [[likely]] {
+      return RDMX_OK;
     }
   }
   const Locked held(*this, /*own=*/true);
@@ -301,7 +300,8 @@ int Worker::progress_any() {
   }
   (void)enter_caller(/*own=*/false);  // never fails without `own`
   const int events = progress();
-  if (done_head_ == nullptr && failed_uids_.empty()) {
+  if (done_head_ == nullptr && failed_uids_.empty() &&
+      shared_done_.load(std::memory_order_relaxed) == nullptr) {
     return events;
   }
   Completions done = take_completions();

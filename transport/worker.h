@@ -9,7 +9,8 @@
 //
 // Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
 // context. MULTI takes the worker lock around every call (progress only if it is free; an eager
-// send that leaves at once only its shared side and the peer's post lock, send_shared, and a
+// send that leaves at once or joins an open batch only its shared side and the peer's post lock,
+// send_shared and send_request_shared, and a
 // receive that nothing unexpected matches its shared side and match_mu_, recv_shared), runs
 // callbacks after releasing it, and gives each calling thread a send context (ThreadCtx: its send
 // descriptors and bounce buffers, its index in every wr_id it posts). Whichever thread polls a
@@ -223,7 +224,8 @@ class Worker {
   int tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                  unsigned flags);
   // rdmx_tag_send and rdmx_tag_inject in MULTI mode (threads.cc): an eager send that leaves at
-  // once does so under the shared side of the worker lock (send_shared), the rest under the lock.
+  // once (or, for rdmx_tag_send, joins an open batch) does so under the shared side of the worker
+  // lock (send_shared, send_request_shared), the rest under the lock.
   bool multi() const noexcept { return multi_; }
   int tag_send_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                      unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
@@ -370,10 +372,17 @@ class Worker {
    private:
     WorkerLock& lock_;
   };
+  class SharedPost;  // a peer's post_mu and, over UD, ud_post_mu_ (send.cc)
   // send_now from context `ctx` (the caller's own) under the shared side of lock_, the peer's
   // post_mu and (UD) ud_post_mu_ (send.cc): RDMX_OK, RDMX_ERR_IO (the post failed), or
   // RDMX_ERR_NO_RESOURCE with nothing done (not now: the caller takes the lock).
   int send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64_t tag, unsigned flags);
+  // rdmx_tag_send's standard eager send under the same locks (send.cc): it leaves at once, or,
+  // inside a burst, joins the batch that an exclusive holder opened for the peer. true: the
+  // request is done, or completing (with a callback: on shared_done_); false with nothing done.
+  bool send_request_shared(int ctx, Peer& peer, const void* buffer, std::size_t length,
+                           std::uint64_t tag, unsigned flags, Request* r, rdmx_callback_t callback,
+                           void* user_data);
   // tag_recv's posting of a receive that nothing unexpected matches, for context `ctx`, under the
   // shared side of lock_ and match_mu_ (recv.cc): true, posted; false with nothing done (an
   // unexpected message matches, the source is new or gone: the caller takes the lock).
@@ -807,6 +816,10 @@ class Worker {
   // Completed requests whose callbacks have not run (FIFO).
   Request* done_head_ = nullptr;
   Request* done_tail_ = nullptr;
+  // MULTI: sends with a callback completed under the shared side (send_request_shared), newest
+  // first. Shared holders push at once (compare-and-swap); take_completions, under the whole
+  // lock, takes them after done_head_'s.
+  std::atomic<Request*> shared_done_{nullptr};
   std::vector<Peer*> flush_list_;
   std::vector<Peer*> ud_timer_list_;
   std::vector<Peer*> connect_list_;

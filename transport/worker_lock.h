@@ -1,7 +1,8 @@
 // The worker lock of RDMX_THREAD_MODE_MULTI (threads.cc, transport/README.md "Threads"): a
 // readers-writer lock. Every call takes it exclusively (as a std::mutex: lock, try_lock, unlock),
-// except an eager send that leaves at once, which takes it shared beside the peer's post lock, so
-// that threads posting to different peers do not wait for each other. Writers are preferred: a
+// except an eager send that leaves at once (or joins its peer's open batch), a receive that
+// nothing unexpected matches and a probe, which take it shared beside a narrower lock, so that
+// threads posting to different peers do not wait for each other. Writers are preferred: a
 // call waiting for the whole worker is not starved by a stream of sends.
 #pragma once
 

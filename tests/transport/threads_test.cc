@@ -354,6 +354,108 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
       RunOptions{.timeout = std::chrono::seconds(120)}));
 }
 
+// A burst of standard sends with callbacks (a window of MPI_Isends) from a thread: the first
+// leaves at once and the second opens the peer's batch (under the whole lock: it lists the peer
+// for the next progress call); the rest join that batch under the shared side, beside another
+// thread that holds it. Their callbacks run in the next progress call, and the receiver gets
+// every message whole, in one packet.
+TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
+  RDMX_REQUIRE_DEVICE();
+  const rdmx_transport_t transport = GetParam();
+  constexpr int kBurst = 12;  // within the smallest batch (UD: 992 bytes) at 40 bytes each
+  constexpr std::size_t kLen = 40;
+  auto coalescing = [](rdmx_config_t& c) {
+    multi(c);
+    c.coalesce = 1;
+  };
+  ASSERT_TRUE(run_ranks(
+      2,
+      [&](Rank& rank) {
+        Session s = open_session(rank, device_for(rank.rank(), false), transport, coalescing);
+        quiesce(rank, s);
+        rdmx_worker_t* const w = s.worker;
+        rank.barrier();
+        if (rank.rank() == 0) {
+          std::vector<std::array<std::uint8_t, kLen>> bufs(kBurst);
+          std::vector<rdmx_request_t> reqs(kBurst);
+          std::atomic<int> called{0};
+          std::atomic<int> sent{0};
+          std::atomic<bool> opened{false};
+          std::atomic<bool> go{false};
+          auto on_done = [](rdmx_request_t*, const rdmx_status_t* st, void* arg) {
+            if (st->error == RDMX_OK) {
+              static_cast<std::atomic<int>*>(arg)->fetch_add(1);
+            }
+          };
+          rdmx_stats_t before{};
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &before));
+          std::thread poster([&] {
+            RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
+            for (int i = 0; i < kBurst; ++i) {
+              for (std::size_t k = 0; k < kLen; ++k) {
+                bufs[i][k] = pattern(9, i, k);
+              }
+              if (i == 2) {  // the first leaves, the second opens the batch: now the others
+                opened = true;
+                while (!go.load()) {
+                  std::this_thread::yield();
+                }
+              }
+              RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], bufs[i].data(), kLen, tag_of(9, i), 0,
+                                                &reqs[i], on_done, &called));
+              sent.fetch_add(1);
+            }
+          });
+          while (!opened.load()) {
+            std::this_thread::yield();
+          }
+          {
+            auto shared = transport::debug::hold_worker_lock_shared(w);
+            go = true;
+            const auto t0 = std::chrono::steady_clock::now();
+            while (sent.load() < kBurst && seconds_since(t0) < 20.0) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+            RDMX_CHECK_EQ(rank, sent.load(), kBurst);  // none waited for the whole lock
+            RDMX_CHECK_EQ(rank, called.load(), 0);     // callbacks run in progress only
+          }
+          poster.join();  // after the lock is let go: a send that waited for it ends now
+          const auto t0 = std::chrono::steady_clock::now();
+          while (called.load() < kBurst && seconds_since(t0) < 20.0) {
+            (void)rdmx_worker_progress(w);
+          }
+          RDMX_CHECK_EQ(rank, called.load(), kBurst);
+          for (rdmx_request_t& r : reqs) {
+            RDMX_CHECK_OK(rank, rdmx_request_test(&r, nullptr));
+          }
+          rdmx_stats_t after{};
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &after));
+          // All but the first left in one packet.
+          RDMX_CHECK_EQ(rank, after.coalesced_msgs - before.coalesced_msgs,
+                        static_cast<std::uint64_t>(kBurst - 1));
+          RDMX_CHECK_EQ(rank, after.coalesced_batches - before.coalesced_batches, 1u);
+        } else {
+          std::vector<std::array<std::uint8_t, kLen + 8>> bufs(kBurst);
+          std::vector<rdmx_request_t> reqs(kBurst);
+          for (int i = 0; i < kBurst; ++i) {
+            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, bufs[i].data(), bufs[i].size(), s.uids[0],
+                                              tag_of(9, i), kExact, &reqs[i], nullptr, nullptr));
+          }
+          for (int i = 0; i < kBurst; ++i) {
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &reqs[i], &st, "burst receive"));
+            RDMX_CHECK_EQ(rank, st.length, kLen);
+            for (std::size_t k = 0; k < kLen; ++k) {
+              RDMX_CHECK_EQ(rank, bufs[i][k], pattern(9, i, k));
+            }
+          }
+        }
+        quiesce(rank, s);
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(120)}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ThreadsTest,
                          ::testing::Values(RDMX_TRANSPORT_RC, RDMX_TRANSPORT_UD),
                          [](const ::testing::TestParamInfo<rdmx_transport_t>& p) {
