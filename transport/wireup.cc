@@ -92,14 +92,22 @@ void Worker::set_state(Peer& peer, PeerState to) {
   peer.state = to;
 }
 
+std::string Worker::transport_mismatch(const WorkerAddress& a) const {
+  if (a.transport == (ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC)) {
+    return {};
+  }
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "peer %016llx uses transport %s, this worker %s: set the same RDMX_TRANSPORT "
+                "everywhere (with auto, the same expected peers)",
+                static_cast<unsigned long long>(a.uid),
+                transport_name(static_cast<rdmx_transport_t>(a.transport)), ud_mode_ ? "ud" : "rc");
+  return text;
+}
+
 int Worker::set_address(Peer& peer, const WorkerAddress& a) {
-  if (a.transport != (ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC)) {
-    std::fprintf(stderr,
-                 "rdmx: peer %016llx uses transport %s but this worker uses %s: set the same "
-                 "RDMX_TRANSPORT (and expected peers) everywhere\n",
-                 static_cast<unsigned long long>(a.uid),
-                 transport_name(static_cast<rdmx_transport_t>(a.transport)),
-                 ud_mode_ ? "ud" : "rc");
+  if (const std::string why = transport_mismatch(a); !why.empty()) {
+    std::fprintf(stderr, "rdmx: %s\n", why.c_str());
     return RDMX_ERR_UNSUPPORTED;
   }
   verbs::AhAttr attr{.sgid_index = gid_index_};
@@ -202,6 +210,11 @@ int Worker::check_peer(const void* address, std::size_t length, std::string* why
     *why = "the address blob is malformed or of another rdmx version (" + std::to_string(length) +
            " bytes; this one's are " + std::to_string(kAddressSize) + ")";
     return rc;
+  }
+  // A worker of the other transport cannot be talked to at all: said before any traffic too.
+  if (std::string mismatch = transport_mismatch(a); !mismatch.empty()) {
+    *why = std::move(mismatch);
+    return RDMX_ERR_UNSUPPORTED;
   }
   return check_reach(a, why);
 }
@@ -561,12 +574,8 @@ int Worker::ep_create(const void* address, std::size_t length, rdmx_ep** ep) {
   if (const int rc = decode_address(address, length, &a); rc != RDMX_OK) {
     return rc;
   }
-  if (a.transport != (ud_mode_ ? RDMX_TRANSPORT_UD : RDMX_TRANSPORT_RC)) {
-    std::fprintf(stderr,
-                 "rdmx: rdmx_ep_create: the peer uses transport %s, this worker %s: set the "
-                 "same RDMX_TRANSPORT everywhere\n",
-                 transport_name(static_cast<rdmx_transport_t>(a.transport)),
-                 ud_mode_ ? "ud" : "rc");
+  if (const std::string why = transport_mismatch(a); !why.empty()) {
+    std::fprintf(stderr, "rdmx: rdmx_ep_create: %s\n", why.c_str());
     return RDMX_ERR_UNSUPPORTED;
   }
   try {

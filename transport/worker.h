@@ -211,8 +211,11 @@ class Worker {
   std::size_t address_length() const noexcept { return address_bytes_.size(); }
 
   int ep_create(const void* address, std::size_t length, rdmx_ep** ep);
-  // rdmx_worker_check_peer: decodes the blob, then check_reach.
+  // rdmx_worker_check_peer: decodes the blob, then the transports, then check_reach.
   int check_peer(const void* address, std::size_t length, std::string* why) const;
+  // Why a worker with this address cannot be talked to for its transport (RC against UD), or
+  // empty: one text for check_peer, rdmx_ep_create and a connection request (set_address).
+  std::string transport_mismatch(const WorkerAddress& address) const;
   void ep_destroy(Peer& peer);
 
   int tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,

@@ -241,8 +241,9 @@ uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);
  * address to the peer's; on InfiniBand the same subnet (rdmx routes by LID, without a GRH).
  * Node-local peers reached through shared memory always pass. RDMX_OK; RDMX_ERR_UNREACHABLE
  * with the reason, naming both devices and GIDs, in `why` (NUL-terminated, truncated to
- * why_length bytes; may be NULL); RDMX_ERR_BAD_ADDRESS. rdmx_ep_create makes the same check
- * and prints the reason on stderr. */
+ * why_length bytes; may be NULL); RDMX_ERR_UNSUPPORTED, with the reason, when the two workers
+ * use different transports (RC and UD never talk); RDMX_ERR_BAD_ADDRESS. rdmx_ep_create makes
+ * the same checks and prints the reason on stderr. */
 int rdmx_worker_check_peer(rdmx_worker_t* worker, const void* address, size_t length, char* why,
                            size_t why_length);
 
