@@ -104,6 +104,10 @@ struct Peer {
   std::uint32_t pending_count = 0;
   // Match-acks (sync cookies) that could not be posted yet.
   std::vector<std::uint32_t> pending_match_acks;
+  // Something of ours waits to go to the peer (queued sends, match-acks): a new send goes behind.
+  bool has_waiting() const noexcept {
+    return pending_head != nullptr || !pending_match_acks.empty();
+  }
   bool flush_listed = false;
   std::uint32_t sync_waiting = 0;  // sync sends waiting for this peer's match-ack
   // Coalescing (send.cc): small standard sends posted back to back wait here, complete for the

@@ -229,8 +229,7 @@ void Worker::flush_listed_peers() {
     Peer& p = *flush_list_[i];
     flush_peer(p);
     if (p.state == PeerState::kConnected &&
-        (p.pending_head != nullptr || !p.pending_match_acks.empty() || p.rc.grant_due ||
-         p.rc.ring_offer_due || p.batch.count() != 0)) {
+        (p.has_waiting() || p.rc.grant_due || p.rc.ring_offer_due || p.batch.count() != 0)) {
       flush_list_[keep++] = &p;
     } else {
       p.flush_listed = false;
@@ -336,9 +335,9 @@ inline bool Worker::rendezvous_size(const Peer& peer, std::size_t length) const 
 inline int Worker::send_now(eager::SendPool& pool, Peer& peer, const SendBytes& bytes,
                             std::uint64_t tag, unsigned flags) {
   const std::size_t length = bytes.total();
-  if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected ||
-      peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.batch.count() != 0 ||
-      wants_coalesce(peer, length, flags, /*queued=*/false)) [[unlikely]] {
+  if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected || peer.has_waiting() ||
+      peer.batch.count() != 0 || wants_coalesce(peer, length, flags, /*queued=*/false))
+      [[unlikely]] {
     return RDMX_ERR_NO_RESOURCE;
   }
   // An eager message has no body (protocol::body_size): the channel's body slot carries the
@@ -390,8 +389,7 @@ bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::s
     // A burst (a window of MPI_Isends): join the peer's batch as coalesce() would. Only one that
     // is open: opening it lists the peer for the next progress call (flush_list_, the exclusive
     // holders'), and a full one is flushed under the whole lock too.
-    if (peer.state != PeerState::kConnected || peer.pending_head != nullptr ||
-        !peer.pending_match_acks.empty() || peer.batch.count() == 0 ||
+    if (peer.state != PeerState::kConnected || peer.has_waiting() || peer.batch.count() == 0 ||
         rendezvous_size(peer, length) || !wants_coalesce(peer, length, flags, /*queued=*/false) ||
         !peer.batch.fits(length)) {
       return false;
@@ -477,8 +475,7 @@ int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::ui
     s.request = r;
     s.peer = &peer;
   }
-  if (peer.state == PeerState::kConnected && peer.pending_head == nullptr &&
-      peer.pending_match_acks.empty()) [[likely]] {
+  if (peer.state == PeerState::kConnected && !peer.has_waiting()) [[likely]] {
     if (coalesce(peer, r, /*queued=*/false)) {
       return RDMX_OK;
     }

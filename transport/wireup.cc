@@ -427,7 +427,7 @@ void Worker::on_connected(Peer& peer) {
   }
   // A grant may have come due while data raced ahead of the peer's REPLY (flush_peer skips
   // peers that are not connected yet).
-  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty() || peer.rc.grant_due) {
+  if (peer.has_waiting() || peer.rc.grant_due) {
     list_for_flush(peer);
   }
 }

@@ -137,7 +137,10 @@ void Worker::dump() const {
                "rdmx dump %016llx (%s): active requests %s, completions %s; matcher: %zu posted, "
                "%zu unexpected; heap bytes %llu\n",
                static_cast<unsigned long long>(uid_), ud_mode_ ? "ud" : "rc",
-               active_head_ != nullptr ? "yes" : "no", done_head_ != nullptr ? "yes" : "no",
+               active_head_ != nullptr ? "yes" : "no",
+               done_head_ != nullptr || shared_done_.load(std::memory_order_relaxed) != nullptr
+                   ? "yes"
+                   : "no",
                matcher_.posted_count(), matcher_.unexpected_count(),
                static_cast<unsigned long long>(heap_bytes_));
   for (int c = 0; c < kNumPools; ++c) {

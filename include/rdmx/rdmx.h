@@ -26,9 +26,11 @@
  *   RDMX_THREAD_MODE_SERIALIZED  several threads, one at a time: the caller serializes (as MPI's
  *                                MPI_THREAD_SERIALIZED); rdmx adds nothing to either mode;
  *   RDMX_THREAD_MODE_MULTI       any thread at any time. rdmx locks the worker around each call
- *                                but an eager send that leaves at once and a receive that no
- *                                unexpected message matches, which hold only their peer's or
- *                                the matcher's lock beside each other (the lock order:
+ *                                but an eager send that leaves at once or joins the peer's open
+ *                                batch (a burst, rdmx_config_t.coalesce; with or without a
+ *                                callback, which the next progress call runs) and a receive
+ *                                that no unexpected message matches, which hold only their
+ *                                peer's or the matcher's lock beside each other (the lock order:
  *                                transport/README.md, "Threads"); lets one thread poll at a
  *                                time (a progress call that finds another thread polling
  *                                returns 0 at once) and runs callbacks with no lock held.

@@ -213,7 +213,8 @@ void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
   opal_output(0,
               "mtl rdmx: process %s (MPI_COMM_WORLD rank %u) on %s is unreachable (it died, hung "
               "or left; rdmx declares a peer dead after mtl_rdmx_peer_timeout_ms): sends to it "
-              "and receives from it fail with MPI_ERR_OTHER.",
+              "fail with MPI_ERR_OTHER, and so do receives from it that nothing it sent before "
+              "matches.",
               OPAL_NAME_PRINT(proc->super.proc_name), (unsigned)proc->super.proc_name.vpid,
               NULL != proc->super.proc_hostname ? proc->super.proc_hostname : "?");
 }

@@ -107,6 +107,23 @@ rdmx_worker_t* lone_worker(Rank& rank, rdmx_thread_mode_t mode, std::uint32_t ma
   return w;
 }
 
+// Holds the shared side of w's lock, lets the other thread go and waits (20 s at most) until it
+// counted `want` calls that returned: calls that need no more than the shared side. The caller
+// checks more while it still holds the returned lock.
+std::shared_lock<transport::WorkerLock> go_beside_shared_side(Rank& rank, rdmx_worker_t* w,
+                                                              std::atomic<bool>& go,
+                                                              const std::atomic<int>& count,
+                                                              int want) {
+  auto shared = transport::debug::hold_worker_lock_shared(w);
+  go = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (count.load() < want && seconds_since(t0) < 20.0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  RDMX_CHECK_EQ(rank, count.load(), want);  // none waited for the whole lock
+  return shared;
+}
+
 class ThreadsTest : public ::testing::TestWithParam<rdmx_transport_t> {};
 
 TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
@@ -234,13 +251,8 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             std::this_thread::yield();
           }
           {
-            auto shared = transport::debug::hold_worker_lock_shared(w);
-            go = true;
+            const auto shared = go_beside_shared_side(rank, w, go, sent, kEager);
             const auto t0 = std::chrono::steady_clock::now();
-            while (sent.load() < kEager && seconds_since(t0) < 20.0) {
-              std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            }
-            RDMX_CHECK_EQ(rank, sent.load(), kEager);
             // Progress cannot take the lock: it returns at once.
             int progress_rc = -1;
             std::thread([&] { progress_rc = rdmx_worker_progress(w); }).join();
@@ -278,15 +290,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           while (!ready.load()) {
             std::this_thread::yield();
           }
-          {
-            auto shared = transport::debug::hold_worker_lock_shared(w);
-            go = true;
-            const auto t0 = std::chrono::steady_clock::now();
-            while (posted.load() < kEager && seconds_since(t0) < 20.0) {
-              std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            }
-            RDMX_CHECK_EQ(rank, posted.load(), kEager);
-          }
+          (void)go_beside_shared_side(rank, w, go, posted, kEager);
           receiver.join();
           for (int i = 0; i < kEager; ++i) {
             rdmx_status_t st{};
@@ -358,7 +362,8 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
 // leaves at once and the second opens the peer's batch (under the whole lock: it lists the peer
 // for the next progress call); the rest join that batch under the shared side, beside another
 // thread that holds it. Their callbacks run in the next progress call, and the receiver gets
-// every message whole, in one packet.
+// every message whole, in one packet. All carry one tag, and a blocking send (RDMX_SEND_FLUSH,
+// never packed) follows them: the receives, matched in order, see the order they were sent in.
 TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
   RDMX_REQUIRE_DEVICE();
   const rdmx_transport_t transport = GetParam();
@@ -382,6 +387,9 @@ TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
           std::atomic<int> sent{0};
           std::atomic<bool> opened{false};
           std::atomic<bool> go{false};
+          std::atomic<bool> released{false};
+          rdmx_request_t last_req;
+          std::array<std::uint8_t, kLen> last{};
           auto on_done = [](rdmx_request_t*, const rdmx_status_t* st, void* arg) {
             if (st->error == RDMX_OK) {
               static_cast<std::atomic<int>*>(arg)->fetch_add(1);
@@ -401,24 +409,29 @@ TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
                   std::this_thread::yield();
                 }
               }
-              RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], bufs[i].data(), kLen, tag_of(9, i), 0,
+              RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], bufs[i].data(), kLen, tag_of(9, 0), 0,
                                                 &reqs[i], on_done, &called));
               sent.fetch_add(1);
             }
+            // Sent after the burst (once the holder let go: it takes the whole lock, which
+            // flushes the batch before it).
+            while (!released.load()) {
+              std::this_thread::yield();
+            }
+            for (std::size_t k = 0; k < kLen; ++k) {
+              last[k] = pattern(9, kBurst, k);
+            }
+            RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], last.data(), kLen, tag_of(9, 0),
+                                              RDMX_SEND_FLUSH, &last_req, nullptr, nullptr));
           });
           while (!opened.load()) {
             std::this_thread::yield();
           }
           {
-            auto shared = transport::debug::hold_worker_lock_shared(w);
-            go = true;
-            const auto t0 = std::chrono::steady_clock::now();
-            while (sent.load() < kBurst && seconds_since(t0) < 20.0) {
-              std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            }
-            RDMX_CHECK_EQ(rank, sent.load(), kBurst);  // none waited for the whole lock
-            RDMX_CHECK_EQ(rank, called.load(), 0);     // callbacks run in progress only
+            const auto shared = go_beside_shared_side(rank, w, go, sent, kBurst);
+            RDMX_CHECK_EQ(rank, called.load(), 0);  // callbacks run in progress only
           }
+          released = true;
           poster.join();  // after the lock is let go: a send that waited for it ends now
           const auto t0 = std::chrono::steady_clock::now();
           while (called.load() < kBurst && seconds_since(t0) < 20.0) {
@@ -428,6 +441,7 @@ TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
           for (rdmx_request_t& r : reqs) {
             RDMX_CHECK_OK(rank, rdmx_request_test(&r, nullptr));
           }
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &last_req, nullptr, "send after the burst"));
           rdmx_stats_t after{};
           RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &after));
           // All but the first left in one packet.
@@ -435,13 +449,13 @@ TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
                         static_cast<std::uint64_t>(kBurst - 1));
           RDMX_CHECK_EQ(rank, after.coalesced_batches - before.coalesced_batches, 1u);
         } else {
-          std::vector<std::array<std::uint8_t, kLen + 8>> bufs(kBurst);
-          std::vector<rdmx_request_t> reqs(kBurst);
-          for (int i = 0; i < kBurst; ++i) {
+          std::vector<std::array<std::uint8_t, kLen + 8>> bufs(kBurst + 1);
+          std::vector<rdmx_request_t> reqs(kBurst + 1);
+          for (int i = 0; i <= kBurst; ++i) {
             RDMX_CHECK_OK(rank, rdmx_tag_recv(w, bufs[i].data(), bufs[i].size(), s.uids[0],
-                                              tag_of(9, i), kExact, &reqs[i], nullptr, nullptr));
+                                              tag_of(9, 0), kExact, &reqs[i], nullptr, nullptr));
           }
-          for (int i = 0; i < kBurst; ++i) {
+          for (int i = 0; i <= kBurst; ++i) {
             rdmx_status_t st{};
             RDMX_CHECK_OK(rank, wait_request(rank, w, &reqs[i], &st, "burst receive"));
             RDMX_CHECK_EQ(rank, st.length, kLen);

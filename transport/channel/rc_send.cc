@@ -78,7 +78,7 @@ bool Worker::post_rc_ack(Peer& peer) {
 void Worker::on_rc_credits(Peer& peer, protocol::Seq limit) {
   if (protocol::seq_gt(limit, peer.rc.credit_limit)) {
     peer.rc.credit_limit = limit;
-    if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+    if (peer.has_waiting()) {
       list_for_flush(peer);
     }
   }

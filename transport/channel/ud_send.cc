@@ -270,7 +270,7 @@ void Worker::on_ud_ack(Peer& peer, protocol::Seq ack, std::uint64_t now) {
       ++peer.ud.cwnd;
     }
   }
-  if (peer.pending_head != nullptr || !peer.pending_match_acks.empty()) {
+  if (peer.has_waiting()) {
     list_for_flush(peer);
   }
 }
