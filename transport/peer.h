@@ -5,7 +5,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "transport/channel/shm_peer.h"
 #include "transport/channel/ud_peer.h"
 #include "transport/request.h"
+#include "transport/worker_lock.h"
 #include "verbs/ah.h"
 
 namespace rdmx::transport {
@@ -62,7 +62,7 @@ struct Peer {
   // MULTI mode: held by an eager send that leaves or joins the batch under the shared side of the
   // worker lock (Worker::send_shared, send_request_shared, send.cc) around the peer's send state
   // and its posts. Every other path holds the worker lock exclusively and needs no more.
-  std::mutex post_mu;
+  ShortLock post_mu;
   std::uint32_t index = kNoIndex;  // ours: the matcher's source id, and the src_ep peers use
   std::uint64_t uid = 0;
   PeerState state = PeerState::kIdle;

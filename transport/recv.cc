@@ -704,7 +704,7 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
     return false;
   }
   init_recv(r, buffer, length, spec, callback, user_data, static_cast<std::uint16_t>(ctx));
-  const std::lock_guard<std::mutex> match(match_mu_);
+  const std::lock_guard<ShortLock> match(match_mu_);
   matcher_.post_unmatched(r->recv);
   activate(r);
   return true;

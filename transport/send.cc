@@ -365,8 +365,8 @@ class Worker::SharedPost {
   }
 
  private:
-  const std::lock_guard<std::mutex> post_;
-  std::unique_lock<std::mutex> ud_;
+  const std::lock_guard<ShortLock> post_;
+  std::unique_lock<ShortLock> ud_;
 };
 
 int Worker::send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64_t tag,

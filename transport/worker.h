@@ -846,10 +846,10 @@ class Worker {
   // UD's shared send state, for eager sends under the shared side of lock_ (after the peer's
   // post_mu): the data QPs' send queues and WRs (ud_sq_, ud_wr_, ud_sge_), the timer list and
   // its deadline, and clock_.
-  std::mutex ud_post_mu_;
+  ShortLock ud_post_mu_;
   // The matcher's posted receives and the active list, for receives posted under the shared side
   // of lock_ (recv_shared); exclusive holders (progress's matching) need no more.
-  std::mutex match_mu_;
+  ShortLock match_mu_;
   // Threads waiting for lock_ in a call that is not progress (lock_caller): while there are any,
   // progress_any leaves the lock to them (a poller that spins would otherwise take it back first
   // after each turn, and a blocking send would wait for its idle yield).

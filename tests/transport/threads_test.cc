@@ -577,8 +577,8 @@ TEST(Threads, DestroyReleasesThreadsBlockedInWaits) {
 }
 
 // A progress call leaves the worker lock to a call waiting for it (here a receive): a thread that
-// polls in a loop would otherwise take the lock back after each of its turns (std::mutex is not
-// fair), and the waiting post would wait for the poller's idle yield.
+// polls in a loop would otherwise take the lock back after each of its turns (the worker lock is
+// not fair), and the waiting post would wait for the poller's idle yield.
 TEST(Threads, ProgressDefersToACallWaitingForTheLock) {
   RDMX_REQUIRE_DEVICE();
   ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
