@@ -97,6 +97,21 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
   }
 }
 
+int rdmx_worker_event_fd(rdmx_worker_t* worker, int* fd) {
+  if (worker == nullptr || fd == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  *fd = worker->impl->event_fd();
+  return RDMX_OK;
+}
+
+int rdmx_worker_arm(rdmx_worker_t* worker) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  return worker->impl->arm();
+}
+
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker) {
   return worker == nullptr ? 0 : worker->impl->uid();
 }

@@ -487,10 +487,13 @@ void Worker::name_worker() {
 void Worker::create_queues() {
   events_.emplace(*ctx_);
   pd_.emplace(verbs::ProtectionDomain::create(*ctx_));
+  // Events reach the channel only once a caller arms the CQs (rdmx_worker_arm): until then it
+  // costs one file descriptor and nothing per message.
+  cq_channel_.emplace(verbs::CompletionChannel::create(*ctx_));
   send_cq_.emplace(verbs::CompletionQueue::create(
-      *ctx_, static_cast<int>(send_descs_ * res_.max_threads + kSendCqSlack)));
+      *ctx_, static_cast<int>(send_descs_ * res_.max_threads + kSendCqSlack), &*cq_channel_));
   recv_cq_.emplace(verbs::CompletionQueue::create(
-      *ctx_, static_cast<int>(2 * res_.srq_depth + kCtrlDepth + kSendCqSlack)));
+      *ctx_, static_cast<int>(2 * res_.srq_depth + kCtrlDepth + kSendCqSlack), &*cq_channel_));
 
   // Receive pools: one SRQ per size class, plus the control QP's.
   for (std::uint8_t c = 0; c < kNumClasses; ++c) {

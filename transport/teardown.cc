@@ -321,6 +321,10 @@ void Worker::destroy_queues(debug::DestroyReport& report) {
   }
   send_cq_.reset();
   recv_cq_.reset();
+  if (cq_channel_ && cq_channel_->destroy() != 0) {  // after its CQs (ibv_destroy_comp_channel)
+    ++report.destroy_errors;
+  }
+  cq_channel_.reset();
   events_.reset();
   if (pd_ && pd_->destroy() != 0) {
     ++report.destroy_errors;

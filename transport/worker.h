@@ -3,9 +3,9 @@
 //
 // Its member functions live in files named for their role (the transport/README.md table says
 // what each holds): setup.cc, teardown.cc, worker.cc (stats, test hooks), wireup.cc, send.cc,
-// recv.cc, requests.cc, rndv.cc, liveness.cc, faults.cc; the channels' own in channel/ (rc_send.cc,
-// rc_ring.cc, ud_send.cc, ud_write_qp.cc; channel/channel.h says what a channel is); api.cc has
-// the C functions.
+// recv.cc, requests.cc, rndv.cc, liveness.cc, faults.cc, wakeup.cc; the channels' own in channel/
+// (rc_send.cc, rc_ring.cc, ud_send.cc, ud_write_qp.cc; channel/channel.h says what a channel is);
+// api.cc has the C functions.
 //
 // Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
 // context. MULTI takes the worker lock around every call (progress only if it is free; an eager
@@ -266,6 +266,9 @@ class Worker {
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
   int poll(std::uint32_t max_polls, std::uint64_t spin_gap_us);  // rdmx_worker_poll
   void idle(int events, std::uint64_t yield_after_us) noexcept;  // rdmx_worker_idle
+  // rdmx_worker_event_fd and rdmx_worker_arm (wakeup.cc).
+  int event_fd() const noexcept { return cq_channel_->fd(); }
+  int arm();
 
   // --- threads (threads.cc). In MULTI mode every C API call holds the worker lock through a
   // Locked (api.cc), which also points tx_ at the caller's send context; in the other modes it
@@ -349,6 +352,9 @@ class Worker {
   void size_send_contexts(const ibv_device_attr& dev);  // multi_, serial_, send_descs_
   void name_worker();                                   // uid, instance; the verbose line
   void create_queues();                                 // event channel, PD, CQs, receive pools
+  // Work that progress calls would do and no completion would announce (wakeup.cc).
+  bool needs_progress() const noexcept;
+  void arm_cqs();
   void create_send_contexts();
   // MULTI (threads.cc): the worker lock and the caller's context in tx_; with the lock held,
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited
@@ -761,6 +767,8 @@ class Worker {
   std::optional<verbs::Context> ctx_;
   std::optional<verbs::AsyncEventReader> events_;
   std::optional<verbs::ProtectionDomain> pd_;
+  // Completion events for rdmx_worker_arm (wakeup.cc); before the CQs, which use it.
+  std::optional<verbs::CompletionChannel> cq_channel_;
   std::optional<verbs::CompletionQueue> send_cq_;
   std::optional<verbs::CompletionQueue> recv_cq_;
   std::array<std::unique_ptr<eager::SrqPool>, kNumPools> pools_;

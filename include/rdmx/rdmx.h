@@ -235,6 +235,21 @@ int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_ga
  * to run, a yield returns at once: a caller that tests between compute steps loses one system
  * call per test. Any event starts the count again. */
 void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us);
+/* Sleeping until something arrives, for a caller with nothing else to do (UCX's
+ * uct_iface_event_fd_get/arm, UCP_FEATURE_WAKEUP). rdmx_worker_event_fd gives a file descriptor
+ * that poll(2)/epoll report readable once a completion arrives after rdmx_worker_arm returned
+ * RDMX_OK. rdmx_worker_arm returns RDMX_ERR_BUSY, and arms nothing, while the worker has work
+ * that needs progress calls and no completion would announce: completions or callbacks not yet
+ * handed over, a send batch to flush, sends waiting for credits or a connection, UD's resends and
+ * acknowledgements, a connection being made, rendezvous steps; and always while it has a
+ * shared-memory segment (RDMX_SHM=1, the default) or has given eager rings (RC), whose messages
+ * make no completion: RDMX_SHM=0 and RDMX_RING_PEERS=0 for a worker that sleeps. The caller then
+ * calls rdmx_worker_progress and arms again. Arming polls the completion queues once, for what
+ * came while it armed (RDMX_ERR_BUSY if anything did; the next progress call hands it over); it
+ * runs no callbacks. While the caller sleeps nothing watches peers: one that dies while only
+ * receives wait for it is found at the next progress. */
+int rdmx_worker_event_fd(rdmx_worker_t* worker, int* fd);
+int rdmx_worker_arm(rdmx_worker_t* worker);
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);
 
 /* Whether this worker can reach the worker of `address`, checked without sending anything and

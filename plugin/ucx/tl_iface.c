@@ -1157,6 +1157,39 @@ static unsigned uct_rdmx_iface_progress(uct_iface_h tl_iface) {
   return count;
 }
 
+/* ---- events (UCP_FEATURE_WAKEUP: ucp_worker_arm, ucp_worker_wait) ------------------------ */
+
+static ucs_status_t uct_rdmx_iface_event_fd_get(uct_iface_h tl_iface, int* fd_p) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  return uct_rdmx_status(rdmx_worker_event_fd(iface->worker, fd_p));
+}
+
+/* Whether progress has work of this interface's own that no completion would announce: an
+ * arrival, put or get completed but not handed over, dead peers, requests waiting for resources,
+ * flushes. */
+static int uct_rdmx_iface_has_work(uct_rdmx_iface_t* iface) {
+  if (iface->rx_starved || iface->dead_count > 0 || iface->pending_count > 0 ||
+      iface->flushing_eps > 0 || !ucs_queue_is_empty(&iface->rma_done)) {
+    return 1;
+  }
+  return iface->rx_used > 0 &&
+         rdmx_request_test(&uct_rdmx_rx_desc(iface, iface->rx_head)->req, NULL) != RDMX_INPROGRESS;
+}
+
+/* Sends and receives share one completion channel: any completion wakes, whichever events
+ * were asked for. rdmx refuses to arm while it has work of its own, and always while it has
+ * given eager rings (RDMX_RING_PEERS=0 lets an rdmx_rc interface sleep). */
+static ucs_status_t uct_rdmx_iface_event_arm(uct_iface_h tl_iface, unsigned events) {
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
+  int rc;
+  (void)events;
+  if (uct_rdmx_iface_has_work(iface)) {
+    return UCS_ERR_BUSY;
+  }
+  rc = rdmx_worker_arm(iface->worker);
+  return (rc == RDMX_ERR_BUSY) ? UCS_ERR_BUSY : uct_rdmx_status(rc);
+}
+
 /* ---- endpoints --------------------------------------------------------------------------- */
 
 static UCS_CLASS_INIT_FUNC(uct_rdmx_ep_t, const uct_ep_params_t* params) {
@@ -1261,7 +1294,8 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
   attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_AM_SHORT |
                     UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
                     UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE;
-  attr->cap.event_flags = 0;
+  attr->cap.event_flags =
+      UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV | UCT_IFACE_FLAG_EVENT_FD;
   attr->cap.am.max_short = iface->short_size;
   attr->cap.am.max_bcopy = iface->seg_size;
   attr->cap.am.min_zcopy = 0;
@@ -1596,6 +1630,8 @@ static uct_iface_ops_t uct_rdmx_iface_ops = {
     .iface_get_device_address = uct_rdmx_iface_get_device_address,
     .iface_get_address = uct_rdmx_iface_get_address,
     .iface_is_reachable = uct_rdmx_iface_is_reachable,
+    .iface_event_fd_get = uct_rdmx_iface_event_fd_get,
+    .iface_event_arm = uct_rdmx_iface_event_arm,
 };
 
 static uct_tl_t uct_rdmx_rc_tl = {.name = "rdmx_rc",

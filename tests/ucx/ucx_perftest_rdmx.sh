@@ -8,7 +8,9 @@
 #   UCT tests (am_lat, put_bw, put_lat, get) run on TL itself (-x TL, and -D layout when given:
 #   short, bcopy or zcopy for the transport's puts and gets); the others are UCP's
 #   (UCX_TLS=TL,self): tag matching, whose rendezvous moves data by get_zcopy, and UCP's put/get,
-#   by the transport's puts and gets.
+#   by the transport's puts and gets. A UCP case with layout "sleep" waits in ucp_worker_wait
+#   (-E sleep: UCP_FEATURE_WAKEUP, which takes only a transport with send and receive events),
+#   with RDMX_RING_PEERS=0 so that an rdmx_rc worker arms (a ring write makes no completion).
 set -u
 lib=$1 tl=$2
 shift 2
@@ -37,15 +39,18 @@ export LD_PRELOAD="$lib" UCX_WARN_UNUSED_ENV_VARS=n
 for c in "$@"; do
   t=${c%%:*} rest=${c#*:}
   size=${rest%%:*} rest=${rest#*:}
-  iters=${rest%%:*} layout=
+  iters=${rest%%:*} layout='' waitmode='' rings=''
   [ "$rest" = "$iters" ] || layout="-D ${rest#*:}"
+  if [ "$layout" = "-D sleep" ]; then
+    layout='' waitmode='-E sleep' rings=RDMX_RING_PEERS=0
+  fi
   port=$((port + 1))
   if [ "$t" = am_lat ] || [ "$t" = put_bw ] || [ "$t" = put_lat ] || [ "$t" = get ]; then
     server="ucx_perftest -p $port -d $d1 -x $tl"
     client="ucx_perftest 127.0.0.1 -p $port -d $d2 -x $tl $layout"
   else
-    server="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d1 ucx_perftest -p $port"
-    client="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d2 ucx_perftest 127.0.0.1 -p $port"
+    server="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d1 $rings ucx_perftest -p $port $waitmode"
+    client="env UCX_TLS=$tl,self UCX_NET_DEVICES=$d2 $rings ucx_perftest 127.0.0.1 -p $port $waitmode"
   fi
   start=$(date +%s)
   # $server and $client are command lines: split on purpose (no element has a space).
@@ -59,7 +64,7 @@ for c in "$@"; do
   wait $spid
   src=$?
   line=$(grep '^Final:' "$dir/client")
-  echo "$tl $t ${size} B x $iters $layout ($(($(date +%s) - start)) s): $line"
+  echo "$tl $t ${size} B x $iters $layout$waitmode ($(($(date +%s) - start)) s): $line"
   if [ $crc -ne 0 ] || [ $src -ne 0 ] || [ -z "$line" ]; then
     echo "--- client (exit $crc):"; cat "$dir/client"
     echo "--- server (exit $src):"; cat "$dir/server"

@@ -1,0 +1,151 @@
+// Sleeping on the worker's event fd (rdmx_worker_event_fd, rdmx_worker_arm; transport/wakeup.cc):
+// once armed, the fd stays quiet until a message comes and is readable when one does, whether
+// the receive was posted before (it completes in the next progress) or not (unexpected); arming
+// refuses while an event or other work waits for progress, and always with a shared-memory
+// segment, whose messages make no completion.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rdmx/rdmx.h"
+#include "tests/guest/support/guest_env.h"
+#include "tests/transport/support/procs.h"
+
+namespace rdmx::test {
+namespace {
+
+constexpr std::uint64_t kExact = ~std::uint64_t{0};
+constexpr std::size_t kLen = 300;
+
+std::uint8_t pattern(int msg, std::size_t at) {
+  return static_cast<std::uint8_t>(msg * 41 + at * 7 + 3);
+}
+
+// Whether the fd becomes readable within `ms`.
+bool readable(int fd, int ms) {
+  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+// Both ranks progress for a while, then stop, and the sleeper arms. After the last message UD's
+// acknowledgements go both ways, and a sleeper whose message is not acknowledged yet cannot arm
+// (it must resend it if need be) while the other rank does not progress: so both progress
+// again and the sleeper retries, for 20 s at most.
+void settle_and_arm(Rank& rank, rdmx_worker_t* w, bool sleeper) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (seconds_since(t0) < 20.0) {
+    const auto t1 = std::chrono::steady_clock::now();
+    while (seconds_since(t1) < 0.3) {
+      (void)rdmx_worker_progress(w);
+    }
+    rank.barrier();
+    std::uint8_t armed = 0;
+    for (int i = 0; sleeper && i < 100 && armed == 0; ++i) {
+      const int rc = rdmx_worker_arm(w);
+      RDMX_CHECK(rank, rc == RDMX_OK || rc == RDMX_ERR_BUSY);
+      armed = rc == RDMX_OK ? 1 : 0;
+      if (armed == 0) {
+        (void)rdmx_worker_progress(w);
+      }
+    }
+    if (rank.allgather(&armed, 1)[0][0] != 0) {  // rank 0 sleeps
+      return;
+    }
+  }
+  rank.fail(__FILE__, __LINE__, "the worker did not arm within 20 s");
+}
+
+void sleeper_config(rdmx_config_t& c) {
+  c.shm = 0;         // shared memory makes no completion: a worker with a segment never arms
+  c.ring_peers = 0;  // nor does a ring write
+}
+
+class WakeupTest : public ::testing::TestWithParam<rdmx_transport_t> {};
+
+TEST_P(WakeupTest, AnArmedWorkerIsWokenByEachMessage) {
+  RDMX_REQUIRE_DEVICE();
+  const rdmx_transport_t transport = GetParam();
+  ASSERT_TRUE(run_ranks(
+      2,
+      [&](Rank& rank) {
+        Session s = open_session(rank, device_for(rank.rank(), false), transport, sleeper_config);
+        quiesce(rank, s);
+        rdmx_worker_t* const w = s.worker;
+        if (rank.rank() == 1) {
+          for (int msg = 0; msg < 2; ++msg) {
+            settle_and_arm(rank, w, /*sleeper=*/false);
+            rank.barrier();  // the receiver sleeps
+            std::vector<std::uint8_t> buf(kLen);
+            for (std::size_t k = 0; k < kLen; ++k) {
+              buf[k] = pattern(msg, k);
+            }
+            rdmx_request_t req;
+            RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[0], buf.data(), kLen, 40 + msg, 0, &req,
+                                              nullptr, nullptr));
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "send to the sleeper"));
+          }
+        } else {
+          int fd = -1;
+          RDMX_CHECK_OK(rank, rdmx_worker_event_fd(w, &fd));
+          RDMX_CHECK(rank, fd >= 0);
+          std::vector<std::uint8_t> buf(kLen + 8);
+          // Message 0 comes unexpected; message 1 finds its receive posted before the arming.
+          for (int msg = 0; msg < 2; ++msg) {
+            rdmx_request_t req;
+            if (msg == 1) {
+              RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[1], 40 + msg,
+                                                kExact, &req, nullptr, nullptr));
+            }
+            settle_and_arm(rank, w, /*sleeper=*/true);
+            RDMX_CHECK(rank, !readable(fd, 200));  // nothing came
+            rank.barrier();
+            RDMX_CHECK(rank, readable(fd, 20000));
+            // The event waits for progress: arming refuses until it was taken.
+            RDMX_CHECK_EQ(rank, rdmx_worker_arm(w), RDMX_ERR_BUSY);
+            if (msg == 0) {
+              RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[1], 40 + msg,
+                                                kExact, &req, nullptr, nullptr));
+            }
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "woken receive"));
+            RDMX_CHECK_EQ(rank, st.length, kLen);
+            for (std::size_t k = 0; k < kLen; ++k) {
+              RDMX_CHECK_EQ(rank, buf[k], pattern(msg, k));
+            }
+          }
+        }
+        quiesce(rank, s);
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(90)}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, WakeupTest,
+                         ::testing::Values(RDMX_TRANSPORT_RC, RDMX_TRANSPORT_UD),
+                         [](const ::testing::TestParamInfo<rdmx_transport_t>& p) {
+                           return std::string(p.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud");
+                         });
+
+// A worker with a shared-memory segment (the default) never arms: a node-local peer's message
+// makes no completion, so a sleeper would miss it.
+TEST(Wakeup, AWorkerWithSharedMemoryDoesNotArm) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
+    rdmx_config_t cfg = test_config(devices()[0], RDMX_TRANSPORT_RC);
+    cfg.shm = 1;
+    rdmx_worker_t* w = nullptr;
+    RDMX_CHECK_OK(rank, rdmx_worker_create(&cfg, &w));
+    for (int i = 0; i < 100; ++i) {
+      (void)rdmx_worker_progress(w);
+    }
+    RDMX_CHECK_EQ(rank, rdmx_worker_arm(w), RDMX_ERR_BUSY);
+    rdmx_worker_destroy(w);
+  }));
+}
+
+}  // namespace
+}  // namespace rdmx::test
