@@ -9,12 +9,15 @@
 
 namespace rdmx::transport {
 
-// Everything progress() does that no completion announces: what it hands over, its timers, and
-// the channels it polls in memory (shared memory, eager rings). Keep in step with progress().
+// Everything progress() does that no completion announces: what it hands over, its timers, the
+// channels it polls in memory (shared memory, eager rings), a UD QP in error (the watchdog
+// recovers it: until then it receives nothing) and signalled sends in flight (the watchdog kicks
+// one that rxe stalled after RNR NAKs; they complete soon otherwise). Keep in step with
+// progress().
 bool Worker::needs_progress() const noexcept {
   return done_head_ != nullptr || shared_done_.load(std::memory_order_relaxed) != nullptr ||
-         !failed_uids_.empty() || !flush_list_.empty() || pools_moved_ ||
-         next_ud_timer_us_ != protocol::kNoDeadline ||
+         ud_qps_in_error_ != 0 || send_completions_expected() || !failed_uids_.empty() ||
+         !flush_list_.empty() || pools_moved_ || next_ud_timer_us_ != protocol::kNoDeadline ||
          next_connect_timer_us_ != protocol::kNoDeadline || rndv_->has_pending() ||
          !wqp_retired_.empty() || !wqp_connect_list_.empty() || !ring_peers_.empty() ||
          shm_ != nullptr;

@@ -354,7 +354,6 @@ class Worker {
   void create_queues();                                 // event channel, PD, CQs, receive pools
   // Work that progress calls would do and no completion would announce (wakeup.cc).
   bool needs_progress() const noexcept;
-  void arm_cqs();
   void create_send_contexts();
   // MULTI (threads.cc): the worker lock and the caller's context in tx_; with the lock held,
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited

@@ -58,6 +58,8 @@ class ShortLock {
       wait();
     }
   }
+  // The wake follows the release: safe since a ShortLock dies only under the whole worker lock
+  // (peers and the worker), which no holder of it can be inside.
   void unlock() noexcept {
     if (state_.exchange(kFree, std::memory_order_release) == kContended) [[unlikely]] {
       state_.notify_one();
