@@ -83,6 +83,31 @@ int Worker::progress() {
   if (send_completions_expected() || (progress_calls_ & 63) == 0) {
     events += ops_.poll_send(*this, send_cq_->get());
   }
+  events += housekeeping(/*look_at_clock=*/(progress_calls_ & 255) == 0);
+  if (!ring_peers_.empty()) {
+    events += poll_rings();
+  }
+  if (shm_ != nullptr) {
+    events += poll_shm();
+    if (!shm_done_.empty() || !shm_gone_.empty()) [[unlikely]] {
+      events += run_shm_done();
+    }
+  }
+  // With every peer on this node (shared memory), the receive CQ carries only the control QP's
+  // connection messages: unless a connection is being made, every 16th call looks.
+  if (device_peers_ != 0 || (progress_calls_ & 15) == 0 ||
+      next_connect_timer_us_ != protocol::kNoDeadline) [[likely]] {
+    events += ops_.poll_recv(*this, recv_cq_->get());
+  }
+  // MULTI: the caller (progress_any) runs them once it has released the lock.
+  if ((done_head_ != nullptr || !failed_uids_.empty()) && !multi_) {
+    events += run_completions();
+  }
+  return events;
+}
+
+int Worker::housekeeping(bool look_at_clock) {
+  int events = 0;
   // The pools only after a buffer was taken or given back since the last look (a ring or
   // shared-memory message takes none), or while one is low or waits for its refill.
   bool low = false;
@@ -99,10 +124,10 @@ int Worker::progress() {
     }
     pools_moved_ = again;
   }
-  // Async events cost a read(2) (1.7 us in the guest): look every kAsyncEventPeriodUs (checked
-  // every 256 calls), or at once when a pool is low (its limit event has probably fired and
-  // must be acknowledged and re-armed).
-  if ((progress_calls_ & 255) == 0 || low) [[unlikely]] {
+  // Async events cost a read(2) (1.7 us in the guest): look every kAsyncEventPeriodUs (progress
+  // checks every 256 calls), or at once when a pool is low (its limit event has probably fired
+  // and must be acknowledged and re-armed).
+  if (look_at_clock || low) [[unlikely]] {
     const std::uint64_t now = now_us();
     if (low || now >= next_async_us_) {
       next_async_us_ = now + kAsyncEventPeriodUs;
@@ -133,25 +158,6 @@ int Worker::progress() {
     if (!wqp_connect_list_.empty()) {
       run_wqp_timers(now_us());
     }
-  }
-  if (!ring_peers_.empty()) {
-    events += poll_rings();
-  }
-  if (shm_ != nullptr) {
-    events += poll_shm();
-    if (!shm_done_.empty() || !shm_gone_.empty()) [[unlikely]] {
-      events += run_shm_done();
-    }
-  }
-  // With every peer on this node (shared memory), the receive CQ carries only the control QP's
-  // connection messages: unless a connection is being made, every 16th call looks.
-  if (device_peers_ != 0 || (progress_calls_ & 15) == 0 ||
-      next_connect_timer_us_ != protocol::kNoDeadline) [[likely]] {
-    events += ops_.poll_recv(*this, recv_cq_->get());
-  }
-  // MULTI: the caller (progress_any) runs them once it has released the lock.
-  if ((done_head_ != nullptr || !failed_uids_.empty()) && !multi_) {
-    events += run_completions();
   }
   return events;
 }

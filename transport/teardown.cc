@@ -321,6 +321,7 @@ void Worker::destroy_queues(debug::DestroyReport& report) {
   }
   send_cq_.reset();
   recv_cq_.reset();
+  wake_.reset();  // its epoll set holds the channel's fd
   if (cq_channel_ && cq_channel_->destroy() != 0) {  // after its CQs (ibv_destroy_comp_channel)
     ++report.destroy_errors;
   }

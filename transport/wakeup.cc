@@ -1,7 +1,11 @@
-// Sleeping until a completion arrives (rdmx_worker_event_fd, rdmx_worker_arm; UCX's
-// uct_iface_event_arm): both CQs report to one completion channel, armed on request. The rule
-// is UCT's: arming refuses (RDMX_ERR_BUSY) while anything is left for progress, so that a caller
-// who sleeps after RDMX_OK can only miss nothing.
+// Sleeping until a completion arrives or a deadline passes (rdmx_worker_event_fd,
+// rdmx_worker_arm; UCX's uct_iface_event_arm). Both CQs report to one completion channel, armed
+// on request; the fd a sleeper polls is an epoll set of that channel and a timer (wake_set.h).
+// The rule is UCT's: arming refuses (RDMX_ERR_BUSY) while anything is left for progress, so that
+// a caller who sleeps after RDMX_OK can only miss nothing. Arming first does the progress work
+// that is due (housekeeping: owed acks and credit grants go out, due timers run), so that only
+// what truly waits makes it busy; work that waits for a time sets the timer instead.
+#include <algorithm>
 #include <chrono>
 
 #include "transport/worker.h"
@@ -9,33 +13,50 @@
 
 namespace rdmx::transport {
 
-// Everything progress() does that no completion announces: what it hands over, its timers, the
-// channels it polls in memory (shared memory, eager rings), a UD QP in error (the watchdog
-// recovers it: until then it receives nothing) and signalled sends in flight (the watchdog kicks
-// one that rxe stalled after RNR NAKs; they complete soon otherwise). Keep in step with
-// progress().
+// What housekeeping left that no completion or deadline would announce: what progress hands
+// over, sends waiting in the flush list, pools to refill, rendezvous steps, write-QP work, and
+// the channels progress polls in memory (shared memory, eager rings).
 bool Worker::needs_progress() const noexcept {
   return done_head_ != nullptr || shared_done_.load(std::memory_order_relaxed) != nullptr ||
-         ud_qps_in_error_ != 0 || send_completions_expected() || !failed_uids_.empty() ||
-         !flush_list_.empty() || pools_moved_ || next_ud_timer_us_ != protocol::kNoDeadline ||
-         next_connect_timer_us_ != protocol::kNoDeadline || rndv_->has_pending() ||
+         !failed_uids_.empty() || !flush_list_.empty() || pools_moved_ || rndv_->has_pending() ||
          !wqp_retired_.empty() || !wqp_connect_list_.empty() || !ring_peers_.empty() ||
          shm_ != nullptr;
+}
+
+// UD's resends and acks and the connection timers; the watchdogs while signalled sends are out
+// (they complete, with an event, unless rxe stalled one after RNR NAKs: the RC watchdog kicks
+// it) or a UD QP is in error (the watchdog recovers it; until then it receives nothing). While
+// nothing of that is pending, a sleeper wakes for nothing but completions, and nothing probes
+// its peers.
+std::uint64_t Worker::next_deadline_us() const noexcept {
+  std::uint64_t next = std::min(next_ud_timer_us_, next_connect_timer_us_);
+  if (ud_qps_in_error_ != 0 || send_completions_expected()) {
+    next = std::min(next, next_watchdog_us_);
+  }
+  return next;
 }
 
 int Worker::arm() {
   const Locked held(*this);
   try {
-    // An event read here means a completion since the last arming: progress has work.
-    bool evented = false;
+    // Events of the last arming are read and acknowledged, which makes the fd quiet again. They
+    // do not make the worker busy: the caller has progressed since it woke, and a completion it
+    // did not take is found by the poll at the end. (Answering busy on them made every wake
+    // cost a second turn. A timer expiry needs no reading: setting the timer clears it.)
     while (cq_channel_->wait_event(std::chrono::milliseconds(0)) != nullptr) {
-      evented = true;
     }
     (void)send_cq_->ack_events();
     (void)recv_cq_->ack_events();
-    if (evented || needs_progress()) {
+    if (housekeeping(/*look_at_clock=*/true) > 0 || needs_progress()) {
       return RDMX_ERR_BUSY;
     }
+    // Housekeeping ran what was due by the worker's clock; a deadline it still finds passed
+    // (the clock is read once per step) makes the caller progress rather than wait on it.
+    const std::uint64_t deadline = next_deadline_us();
+    if (deadline <= now_us()) {
+      return RDMX_ERR_BUSY;
+    }
+    wake_->set_deadline(deadline);
     send_cq_->request_notify();
     recv_cq_->request_notify();
   } catch (const verbs::Error& e) {

@@ -51,6 +51,7 @@
 #include "transport/idle_backoff.h"
 #include "transport/peer.h"
 #include "transport/request.h"
+#include "transport/wake_set.h"
 #include "transport/worker_lock.h"
 #include "verbs/async_event.h"
 #include "verbs/context.h"
@@ -267,7 +268,7 @@ class Worker {
   int poll(std::uint32_t max_polls, std::uint64_t spin_gap_us);  // rdmx_worker_poll
   void idle(int events, std::uint64_t yield_after_us) noexcept;  // rdmx_worker_idle
   // rdmx_worker_event_fd and rdmx_worker_arm (wakeup.cc).
-  int event_fd() const noexcept { return cq_channel_->fd(); }
+  int event_fd() const noexcept { return wake_->fd(); }
   int arm();
 
   // --- threads (threads.cc). In MULTI mode every C API call holds the worker lock through a
@@ -352,8 +353,14 @@ class Worker {
   void size_send_contexts(const ibv_device_attr& dev);  // multi_, serial_, send_descs_
   void name_worker();                                   // uid, instance; the verbose line
   void create_queues();                                 // event channel, PD, CQs, receive pools
-  // Work that progress calls would do and no completion would announce (wakeup.cc).
+  // progress() without the polls: pools, async events and watchdogs (when `look_at_clock`, or a
+  // pool is low), UD and connection timers, the flush list, rendezvous steps, write QPs. Also
+  // what arming does before it decides (wakeup.cc). Returns the events it found.
+  int housekeeping(bool look_at_clock);
+  // After housekeeping: work that progress calls must do and neither a completion nor the
+  // wake timer would announce; and the earliest deadline for the timer (wakeup.cc).
   bool needs_progress() const noexcept;
+  std::uint64_t next_deadline_us() const noexcept;
   void create_send_contexts();
   // MULTI (threads.cc): the worker lock and the caller's context in tx_; with the lock held,
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited
@@ -768,6 +775,7 @@ class Worker {
   std::optional<verbs::ProtectionDomain> pd_;
   // Completion events for rdmx_worker_arm (wakeup.cc); before the CQs, which use it.
   std::optional<verbs::CompletionChannel> cq_channel_;
+  std::optional<WakeSet> wake_;  // the channel and a deadline timer (not a verbs object)
   std::optional<verbs::CompletionQueue> send_cq_;
   std::optional<verbs::CompletionQueue> recv_cq_;
   std::array<std::unique_ptr<eager::SrqPool>, kNumPools> pools_;

@@ -2,7 +2,8 @@
 // once armed, the fd stays quiet until a message comes and is readable when one does, whether
 // the receive was posted before (it completes in the next progress) or not (unexpected); arming
 // refuses while an event or other work waits for progress, and always with a shared-memory
-// segment, whose messages make no completion.
+// segment, whose messages make no completion; work that waits for a time (UD's resends) sets the
+// fd's timer instead.
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -130,6 +131,66 @@ INSTANTIATE_TEST_SUITE_P(Transports, WakeupTest,
                          [](const ::testing::TestParamInfo<rdmx_transport_t>& p) {
                            return std::string(p.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud");
                          });
+
+// A UD sender whose message is not acknowledged yet arms (it used to answer busy until the
+// ack came, and a UCP sleeper spun through every exchange) and its fd wakes it at each resend
+// deadline, though nothing arrives: the receiver does not progress, so it neither acks nor
+// sends. A sleeper loop as UCP's (progress, arm, sleep until readable) then delivers the message
+// once the receiver progresses again.
+TEST(Wakeup, AUdSenderSleepsUntilItsResendDeadline) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(
+      2,
+      [](Rank& rank) {
+        Session s =
+            open_session(rank, device_for(rank.rank(), false), RDMX_TRANSPORT_UD, sleeper_config);
+        quiesce(rank, s);
+        rdmx_worker_t* const w = s.worker;
+        constexpr int kTag = 50;
+        std::vector<std::uint8_t> buf(kLen);
+        if (rank.rank() == 1) {
+          int fd = -1;
+          RDMX_CHECK_OK(rank, rdmx_worker_event_fd(w, &fd));
+          for (std::size_t k = 0; k < kLen; ++k) {
+            buf[k] = pattern(7, k);
+          }
+          rank.barrier();  // the receiver stops progressing
+          rdmx_request_t req;
+          RDMX_CHECK_OK(rank,
+                        rdmx_tag_send(s.eps[0], buf.data(), kLen, kTag, 0, &req, nullptr, nullptr));
+          int sleeps = 0;
+          const auto t0 = std::chrono::steady_clock::now();
+          while (seconds_since(t0) < 1.0) {
+            (void)rdmx_worker_progress(w);
+            const int rc = rdmx_worker_arm(w);
+            RDMX_CHECK(rank, rc == RDMX_OK || rc == RDMX_ERR_BUSY);
+            if (rc == RDMX_OK) {
+              ++sleeps;
+              // The resend timeout doubles up to 1 s: a sleeper not woken by 3 s would hang.
+              RDMX_CHECK(rank, readable(fd, 3000));
+            }
+          }
+          RDMX_CHECK(rank, sleeps > 0);
+          rank.barrier();  // the receiver progresses again
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "unacknowledged send"));
+        } else {
+          rank.barrier();
+          rank.barrier();  // while the sender sleeps, no progress here
+          rdmx_request_t req;
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[1], kTag, kExact,
+                                            &req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "receive"));
+          RDMX_CHECK_EQ(rank, st.length, kLen);
+          for (std::size_t k = 0; k < kLen; ++k) {
+            RDMX_CHECK_EQ(rank, buf[k], pattern(7, k));
+          }
+        }
+        quiesce(rank, s);
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(60)}));
+}
 
 // A worker with a shared-memory segment (the default) never arms: a node-local peer's message
 // makes no completion, so a sleeper would miss it.
