@@ -54,6 +54,17 @@ class CachedClock {
 #endif
   }
 
+  // The kernel's clock now, and the interpolation starts again from it: for a caller that hands
+  // a deadline to the kernel (rdmx_worker_arm's timer), where a reading up to a window late
+  // would set a timer the kernel finds passed while this clock does not.
+  std::uint64_t refresh_us() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    return reread(__rdtsc());
+#else
+    return reread(0);
+#endif
+  }
+
   static std::uint64_t read_monotonic_us() noexcept {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -321,7 +321,7 @@ void Worker::destroy_queues(debug::DestroyReport& report) {
   }
   send_cq_.reset();
   recv_cq_.reset();
-  wake_.reset();  // its epoll set holds the channel's fd
+  wake_.reset();  // made after the channel, closed before it
   if (cq_channel_ && cq_channel_->destroy() != 0) {  // after its CQs (ibv_destroy_comp_channel)
     ++report.destroy_errors;
   }

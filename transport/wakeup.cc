@@ -3,8 +3,9 @@
 // on request; the fd a sleeper polls is an epoll set of that channel and a timer (wake_set.h).
 // The rule is UCT's: arming refuses (RDMX_ERR_BUSY) while anything is left for progress, so that
 // a caller who sleeps after RDMX_OK can only miss nothing. Arming first does the progress work
-// that is due (housekeeping: owed acks and credit grants go out, due timers run), so that only
-// what truly waits makes it busy; work that waits for a time sets the timer instead.
+// that is due (housekeeping: queued sends, due timers and watchdogs, refills) and sends every
+// owed UD ack, so that only what truly waits makes it busy; work that waits for a time sets the
+// timer instead.
 #include <algorithm>
 #include <chrono>
 
@@ -47,20 +48,29 @@ int Worker::arm() {
     }
     (void)send_cq_->ack_events();
     (void)recv_cq_->ack_events();
-    if (housekeeping(/*look_at_clock=*/true) > 0 || needs_progress()) {
+    // The timer is the kernel's: from here on this worker's clock starts from the kernel's, so
+    // that what housekeeping finds not yet due is not passed for the kernel.
+    (void)clock_.refresh_us();
+    // Queued sends that the flush posts may complete requests without a callback, which only
+    // the caller's next test sees: after a flush, the caller looks before it sleeps.
+    const bool flushed = !flush_list_.empty();
+    if (housekeeping(/*look_at_clock=*/true) > 0 || flushed || needs_progress()) {
       return RDMX_ERR_BUSY;
     }
-    // Housekeeping ran what was due by the worker's clock; a deadline it still finds passed
-    // (the clock is read once per step) makes the caller progress rather than wait on it.
+    // A sleeper has nothing to carry its owed UD acks: they go now rather than wake it when
+    // their delay runs out.
+    if (next_ud_timer_us_ != protocol::kNoDeadline) {
+      run_ud_timers(now_us(), /*acks_now=*/true);
+    }
     const std::uint64_t deadline = next_deadline_us();
     if (deadline <= now_us()) {
-      return RDMX_ERR_BUSY;
+      return RDMX_ERR_BUSY;  // due since housekeeping looked
     }
     wake_->set_deadline(deadline);
     send_cq_->request_notify();
     recv_cq_->request_notify();
   } catch (const verbs::Error& e) {
-    verbs::log_verb_failure(e.verb(), e.errnum(), "arming the completion queues");
+    verbs::log_verb_failure(e.verb(), e.errnum(), "arming the worker's event fd");
     return RDMX_ERR_IO;
   }
   // A completion that came after the caller's last progress and before the arming made no

@@ -552,7 +552,8 @@ class Worker {
   void flush_listed_peers();
   void list_for_flush(Peer& peer);
   void send_match_ack(Peer& peer, std::uint32_t cookie);
-  void run_ud_timers(std::uint64_t now_us);
+  // `acks_now`: every owed ack goes out, due or not (arming: a sleeper has nothing to carry it).
+  void run_ud_timers(std::uint64_t now_us, bool acks_now = false);
   void run_rc_watchdog(std::uint64_t now_us);
   // Inline in every UD message's path (ud_channel.h); enlist_ud_timer, out of line, adds the
   // peer to the list.

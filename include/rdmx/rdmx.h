@@ -237,21 +237,24 @@ int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_ga
 void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us);
 /* Sleeping until something arrives, for a caller with nothing else to do (UCX's
  * uct_iface_event_fd_get/arm, UCP_FEATURE_WAKEUP). rdmx_worker_event_fd gives a file descriptor
- * that poll(2)/epoll report readable once a completion arrives after rdmx_worker_arm returned
- * RDMX_OK, or once the worker's next deadline passes: UD's resends and delayed acknowledgements,
- * a connection's timers, and, while signalled sends are in flight, the watchdog (each 100 ms).
- * Arming first does what progress would do that is due (owed acknowledgements and credits go
- * out, due timers run, pools are refilled), then returns RDMX_ERR_BUSY, arming nothing, while
- * work is left that needs progress calls and neither a completion nor the deadline would
- * announce: completions or callbacks not yet handed over, sends waiting for credits or a
- * connection, rendezvous steps; and always while the worker has a shared-memory segment
+ * (an epoll set: one more level of nesting for a caller's own epoll) that poll(2)/epoll report
+ * readable once a completion arrives after rdmx_worker_arm returned RDMX_OK, or once the
+ * worker's next deadline passes: UD's resends, a connection's timers, and the watchdog (every
+ * 100 ms) while signalled sends are in flight or a UD QP is in error. Arming first runs what
+ * progress would do that is due (queued sends and credit grants are posted, due timers and
+ * watchdogs run, pools are refilled) and sends every owed UD acknowledgement; it then returns
+ * RDMX_ERR_BUSY, arming nothing, while work is left that needs progress calls and neither a
+ * completion nor the deadline would announce: completions or callbacks not yet handed over, a
+ * queued send just posted (a request without a callback may have completed: the caller tests
+ * it again), sends waiting for credits, a pool at its low watermark, rendezvous steps, a
+ * rendezvous connection being made; and always while the worker has a shared-memory segment
  * (RDMX_SHM=1, the default) or has given eager rings (RC), whose messages make no completion:
  * RDMX_SHM=0 and RDMX_RING_PEERS=0 for a worker that sleeps. The caller then calls
  * rdmx_worker_progress and arms again. Arming polls the completion queues once, for what came
  * while it armed (RDMX_ERR_BUSY if anything did; the next progress call hands it over); it runs
- * no callbacks. While the caller sleeps with no send in flight nothing watches peers or the
- * device: a peer that dies while only receives wait for it, and a device or port fault, are
- * found at the next progress. */
+ * no callbacks. While the caller sleeps with no signalled send in flight nothing watches peers
+ * or the device: a peer that dies while only receives wait for it, and a device or port fault,
+ * are found at the next progress. */
 int rdmx_worker_event_fd(rdmx_worker_t* worker, int* fd);
 int rdmx_worker_arm(rdmx_worker_t* worker);
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);

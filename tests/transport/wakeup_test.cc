@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -32,11 +33,13 @@ bool readable(int fd, int ms) {
   return poll(&p, 1, ms) == 1 && (p.revents & POLLIN) != 0;
 }
 
-// Both ranks progress for a while, then stop, and the sleeper arms. After the last message UD's
-// acknowledgements go both ways, and a sleeper whose message is not acknowledged yet cannot arm
-// (it must resend it if need be) while the other rank does not progress: so both progress
-// again and the sleeper retries, for 20 s at most.
-void settle_and_arm(Rank& rank, rdmx_worker_t* w, bool sleeper) {
+// Both ranks progress for a while, then stop, and the sleeper arms and checks that its fd stays
+// quiet for 200 ms. After the last message UD's acknowledgements go both ways: a sleeper whose
+// message is not acknowledged yet arms with its resend deadline set, and one that owes an ack
+// with the ack's, and a deadline wakes it (right: progress has work then). So both progress
+// again and the sleeper retries until it is armed with nothing left to wake it, for 20 s at
+// most.
+void settle_and_arm(Rank& rank, rdmx_worker_t* w, int fd, bool sleeper) {
   const auto t0 = std::chrono::steady_clock::now();
   while (seconds_since(t0) < 20.0) {
     const auto t1 = std::chrono::steady_clock::now();
@@ -48,7 +51,7 @@ void settle_and_arm(Rank& rank, rdmx_worker_t* w, bool sleeper) {
     for (int i = 0; sleeper && i < 100 && armed == 0; ++i) {
       const int rc = rdmx_worker_arm(w);
       RDMX_CHECK(rank, rc == RDMX_OK || rc == RDMX_ERR_BUSY);
-      armed = rc == RDMX_OK ? 1 : 0;
+      armed = rc == RDMX_OK && !readable(fd, 200) ? 1 : 0;  // nothing came, nothing due
       if (armed == 0) {
         (void)rdmx_worker_progress(w);
       }
@@ -57,7 +60,7 @@ void settle_and_arm(Rank& rank, rdmx_worker_t* w, bool sleeper) {
       return;
     }
   }
-  rank.fail(__FILE__, __LINE__, "the worker did not arm within 20 s");
+  rank.fail(__FILE__, __LINE__, "the worker did not arm quietly within 20 s");
 }
 
 void sleeper_config(rdmx_config_t& c) {
@@ -78,7 +81,7 @@ TEST_P(WakeupTest, AnArmedWorkerIsWokenByEachMessage) {
         rdmx_worker_t* const w = s.worker;
         if (rank.rank() == 1) {
           for (int msg = 0; msg < 2; ++msg) {
-            settle_and_arm(rank, w, /*sleeper=*/false);
+            settle_and_arm(rank, w, -1, /*sleeper=*/false);
             rank.barrier();  // the receiver sleeps
             std::vector<std::uint8_t> buf(kLen);
             for (std::size_t k = 0; k < kLen; ++k) {
@@ -101,11 +104,10 @@ TEST_P(WakeupTest, AnArmedWorkerIsWokenByEachMessage) {
               RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[1], 40 + msg,
                                                 kExact, &req, nullptr, nullptr));
             }
-            settle_and_arm(rank, w, /*sleeper=*/true);
-            RDMX_CHECK(rank, !readable(fd, 200));  // nothing came
+            settle_and_arm(rank, w, fd, /*sleeper=*/true);
             rank.barrier();
             RDMX_CHECK(rank, readable(fd, 20000));
-            // The event waits for progress: arming refuses until it was taken.
+            // The message waits in the CQ: arming finds it and refuses.
             RDMX_CHECK_EQ(rank, rdmx_worker_arm(w), RDMX_ERR_BUSY);
             if (msg == 0) {  // taken in as unexpected first, then received
               (void)probe_until(rank, s, s.uids[1], 40 + msg, kExact, std::chrono::seconds(20));
@@ -158,7 +160,10 @@ TEST(Wakeup, AUdSenderSleepsUntilItsResendDeadline) {
           rdmx_request_t req;
           RDMX_CHECK_OK(rank,
                         rdmx_tag_send(s.eps[0], buf.data(), kLen, kTag, 0, &req, nullptr, nullptr));
+          rdmx_stats_t before{};
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &before));
           int sleeps = 0;
+          double longest = 0;
           const auto t0 = std::chrono::steady_clock::now();
           while (seconds_since(t0) < 1.0) {
             (void)rdmx_worker_progress(w);
@@ -167,10 +172,19 @@ TEST(Wakeup, AUdSenderSleepsUntilItsResendDeadline) {
             if (rc == RDMX_OK) {
               ++sleeps;
               // The resend timeout doubles up to 1 s: a sleeper not woken by 3 s would hang.
+              const auto t1 = std::chrono::steady_clock::now();
               RDMX_CHECK(rank, readable(fd, 3000));
+              longest = std::max(longest, seconds_since(t1));
             }
           }
-          RDMX_CHECK(rank, sleeps > 0);
+          rdmx_stats_t after{};
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &after));
+          // It slept, and at the deadlines: the doubling timeout leaves gaps of 0.1 s and more
+          // within the second (a deadline set in the past, or in the wrong unit, wakes at once
+          // and often), and the wakes resent the message.
+          RDMX_CHECK(rank, sleeps > 0 && sleeps < 500);
+          RDMX_CHECK(rank, longest >= 0.1);
+          RDMX_CHECK(rank, after.ud_retransmits > before.ud_retransmits);
           rank.barrier();  // the receiver progresses again
           RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "unacknowledged send"));
         } else {

@@ -210,7 +210,7 @@ void Worker::enlist_ud_timer(Peer& peer) {
   ud_timer_list_.push_back(&peer);
 }
 
-void Worker::run_ud_timers(std::uint64_t now) {
+void Worker::run_ud_timers(std::uint64_t now, bool acks_now) {
   std::uint64_t next = protocol::kNoDeadline;
   std::size_t keep = 0;
   for (std::size_t i = 0; i < ud_timer_list_.size(); ++i) {
@@ -242,7 +242,7 @@ void Worker::run_ud_timers(std::uint64_t now) {
     if (expired) {
       p.ud.acked_since_rto = false;
     }
-    if (p.ud.ack->ack_due(now)) {
+    if (p.ud.ack->ack_due(now) || (acks_now && p.ud.ack->unacked() != 0)) {
       (void)post_ud_ack(p);
     }
     if (p.ud.tx->in_flight() == 0 && p.ud.ack->unacked() == 0) {
