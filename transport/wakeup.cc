@@ -54,13 +54,14 @@ int Worker::arm() {
     // Queued sends that the flush posts may complete requests without a callback, which only
     // the caller's next test sees: after a flush, the caller looks before it sleeps.
     const bool flushed = !flush_list_.empty();
-    if (housekeeping(/*look_at_clock=*/true) > 0 || flushed || needs_progress()) {
-      return RDMX_ERR_BUSY;
-    }
+    const int events = housekeeping(/*look_at_clock=*/true);
     // A sleeper has nothing to carry its owed UD acks: they go now rather than wake it when
-    // their delay runs out.
+    // their delay runs out. (This may also find a peer dead: needs_progress sees it.)
     if (next_ud_timer_us_ != protocol::kNoDeadline) {
       run_ud_timers(now_us(), /*acks_now=*/true);
+    }
+    if (events > 0 || flushed || needs_progress()) {
+      return RDMX_ERR_BUSY;
     }
     const std::uint64_t deadline = next_deadline_us();
     if (deadline <= now_us()) {
