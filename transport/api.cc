@@ -311,6 +311,17 @@ int rdmx_request_cancel(rdmx_worker_t* worker, rdmx_request_t* request) {
   return worker->impl->cancel(rdmx::transport::to_request(request));
 }
 
+int rdmx_tag_recv_fail_any_source(rdmx_worker_t* worker, uint64_t tag, uint64_t mask) {
+  if (worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*worker->impl);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  return static_cast<int>(worker->impl->fail_any_source_recvs(tag, mask, RDMX_ERR_UNREACHABLE));
+}
+
 int rdmx_worker_stats(const rdmx_worker_t* worker, rdmx_stats_t* stats) {
   if (worker == nullptr || stats == nullptr) {
     return RDMX_ERR_INVALID_PARAM;

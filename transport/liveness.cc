@@ -107,15 +107,16 @@ void Worker::on_ping(Peer& peer, std::uint8_t op) {
   }
 }
 
-std::size_t Worker::fail_posted_recvs(const Peer* peer, int code) {
+template <class Pick>
+std::size_t Worker::fail_posted_recvs_if(Pick fails, std::uint64_t source_uid, int code) {
   // Failure path only: a walk over the active requests.
   std::size_t failed = 0;
   Request* r = active_head_;
   while (r != nullptr) {
     Request* next = r->active_next;  // complete() unlinks r
     if (r->type == ReqType::kRecv && r->state == ReqState::kActive && r->recv.posted() &&
-        (peer == nullptr || r->recv.spec.source == peer->index) && matcher_.cancel(r->recv)) {
-      r->status.source = peer != nullptr ? peer->uid : RDMX_ANY_SOURCE;
+        fails(r->recv.spec) && matcher_.cancel(r->recv)) {
+      r->status.source = source_uid;
       r->status.length = 0;
       complete(r, code);
       ++failed;
@@ -123,6 +124,24 @@ std::size_t Worker::fail_posted_recvs(const Peer* peer, int code) {
     r = next;
   }
   return failed;
+}
+
+std::size_t Worker::fail_posted_recvs(const Peer* peer, int code) {
+  if (peer == nullptr) {
+    return fail_posted_recvs_if([](const protocol::RecvSpec&) { return true; }, RDMX_ANY_SOURCE,
+                                code);
+  }
+  const std::uint32_t index = peer->index;
+  return fail_posted_recvs_if(
+      [index](const protocol::RecvSpec& spec) { return spec.source == index; }, peer->uid, code);
+}
+
+std::size_t Worker::fail_any_source_recvs(std::uint64_t tag, std::uint64_t mask, int code) {
+  return fail_posted_recvs_if(
+      [tag, mask](const protocol::RecvSpec& spec) {
+        return spec.source == protocol::kAnySource && ((spec.tag ^ tag) & mask) == 0;
+      },
+      RDMX_ANY_SOURCE, code);
 }
 
 void Worker::notify_peer_failures(const Completions& c) {

@@ -250,6 +250,9 @@ class Worker {
   int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                rdmx_callback_t callback, void* user_data);
   int cancel(Request* request);
+  // rdmx_tag_recv_fail_any_source: the posted wildcard-source receives whose tag agrees with
+  // `tag` in `mask` complete with `code` (liveness.cc). Returns how many.
+  std::size_t fail_any_source_recvs(std::uint64_t tag, std::uint64_t mask, int code);
   // rdmx_put (get = false) and rdmx_get (rma.cc).
   int rma(Peer& peer, bool get, void* buffer, std::size_t length, std::uint32_t lkey,
           std::uint64_t remote_addr, std::uint32_t rkey, Request* request, rdmx_callback_t callback,
@@ -570,6 +573,10 @@ class Worker {
   void on_ping(Peer& peer, std::uint8_t op);  // UD: protocol::connect_op::kPing /
                                               // protocol::connect_op::kPong from the control QP
   std::size_t fail_posted_recvs(const Peer* peer, int code);  // nullptr: every posted receive
+  // The walk both take: each posted receive `fails(spec)` picks completes with `code`, its
+  // status source `source_uid`.
+  template <class Pick>
+  std::size_t fail_posted_recvs_if(Pick fails, std::uint64_t source_uid, int code);
   void notify_peer_failures(const Completions& c);
 
   // --- receive path (recv.cc)

@@ -395,6 +395,13 @@ int rdmx_request_wait(rdmx_worker_t* worker, rdmx_request_t* request, rdmx_statu
 /* Cancels an unmatched receive: it completes with RDMX_ERR_CANCELED. RDMX_ERR_BUSY when the
  * request is a send or already matched (it then completes normally). */
 int rdmx_request_cancel(rdmx_worker_t* worker, rdmx_request_t* request);
+/* Fails every posted RDMX_ANY_SOURCE receive whose tag agrees with `tag` in the bits set in
+ * `mask`: it completes with RDMX_ERR_UNREACHABLE, nothing received (one a message has matched
+ * already completes normally). For a host whose wildcard receives wait on a group of peers that
+ * has lost one (MPI's MPI_ANY_SOURCE rule, with the communicator in the tag): rdmx does not know
+ * the groups, and the host then needs no list of its own wildcard receives. A failure path: it
+ * walks the worker's requests. Returns how many it failed, or RDMX_ERR_INVALID_PARAM. */
+int rdmx_tag_recv_fail_any_source(rdmx_worker_t* worker, uint64_t tag, uint64_t mask);
 
 /* Counters for tuning and tests: one uint64_t per line of rdmx/stats.def, which says what each
  * counts. */

@@ -45,17 +45,7 @@ typedef struct mca_mtl_rdmx_request {
   size_t capacity; /* receive: bytes the buffer takes */
   struct mca_mtl_rdmx_request* next_done; /* module's stack of completions to deliver */
   struct ompi_proc_t* peer; /* send: the destination, named when rdmx finds it unreachable */
-  /* MPI_ANY_SOURCE receives: listed in the module while posted, so that one can be failed when a
-   * process of its communicator dies (mtl_rdmx_failure.c). rdmx fails a receive naming a dead
-   * source by itself, so those are not listed. */
-  struct mca_mtl_rdmx_request* posted_prev;
-  struct mca_mtl_rdmx_request* posted_next;
   uint64_t source_uid;
-  struct ompi_communicator_t* comm; /* receive: its communicator (MPI_ANY_SOURCE failure rule) */
-  /* In posted_recvs: set before rdmx has the request, then cleared only by its callback, which
-   * reads it without the lock. */
-  bool posted;
-  bool peer_failed; /* cancelled because its source is unreachable: an error, not a cancel */
   mca_mtl_rdmx_req_kind_t kind;
   bool free_buffer; /* buffer is ours (malloc'd by the datatype helpers) */
   bool injected;    /* send(): sent by rdmx_tag_inject, done with no rdmx request */
@@ -77,9 +67,9 @@ typedef struct mca_mtl_rdmx_module {
   mca_mtl_base_module_t super;
   rdmx_worker_t* worker;
   /* Under MPI_THREAD_MULTIPLE (rdmx's worker in thread mode multi, which locks itself) this lock
-   * guards the MTL's own state only: endpoint creation, the posted_recvs list (MPI_ANY_SOURCE
-   * receives) and the dead processes. Sends, receives from a named source, probes, progress and
-   * completions take it only to connect to a peer, or once a process has died. It is never held
+   * guards the MTL's own state only: endpoint creation, the communicators and the dead
+   * processes. Sends, receives, probes, progress and completions take it only to connect to a
+   * peer, or once a process has died. It is never held
    * across an rdmx call that runs callbacks (progress, poll, destroy), since a callback may take
    * it; rdmx takes its worker lock inside it (lock order: this lock, then rdmx's;
    * transport/README.md "Threads"). OPAL_THREAD_LOCK is a no-op without threads. */
@@ -89,7 +79,11 @@ typedef struct mca_mtl_rdmx_module {
    * (atomics under threads, no lock). */
   mca_mtl_rdmx_request_t* done;
   mca_mtl_rdmx_endpoint_t* endpoints;
-  mca_mtl_rdmx_request_t* posted_recvs; /* MPI_ANY_SOURCE receives, while posted */
+  /* The communicators pml cm has added (add_comm, del_comm): where a dead process's
+   * MPI_ANY_SOURCE receives are (mtl_rdmx_failure.c). Under the lock. */
+  struct ompi_communicator_t** comms;
+  size_t comm_count;
+  size_t comm_capacity;
   /* Processes rdmx found dead (uids, mtl_rdmx_failure.c): appended by rdmx's peer-failure
    * callback, acted on by progress from dead_handled on; kept for the MPI_ANY_SOURCE rule. The
    * counts are written under the lock and stored atomically, so that progress and receives read
@@ -166,9 +160,6 @@ int ompi_mtl_rdmx_error(int rdmx_code);
 /* rdmx failed a request to proc with RDMX_ERR_UNREACHABLE: says so once per peer (the error
  * also reaches the request's status as MPI_ERR_OTHER). */
 void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc);
-/* posted_recvs list; called with the module lock held. */
-void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r);
-void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r);
 /* Queues the completion, with status error, of a request rdmx does not have (delivered by the
  * next progress). Lock held or not. */
 void ompi_mtl_rdmx_complete_now(mca_mtl_rdmx_request_t* r, int error);
@@ -180,7 +171,13 @@ void ompi_mtl_rdmx_peer_failed(uint64_t uid, void* arg);
 void ompi_mtl_rdmx_handle_peer_failures(void);
 /* A process of comm is dead (false at once while none is). Lock held. */
 bool ompi_mtl_rdmx_comm_has_dead(struct ompi_communicator_t* comm);
-/* Finalize: forget the dead processes. */
+/* A posted MPI_ANY_SOURCE receive of comm fails (now, or on the next progress) if a process of
+ * comm is dead. Lock not held. */
+void ompi_mtl_rdmx_check_any_source(struct ompi_communicator_t* comm);
+/* add_comm, del_comm: the communicators a death is looked for in. Lock not held. */
+int ompi_mtl_rdmx_comm_added(struct ompi_communicator_t* comm);
+void ompi_mtl_rdmx_comm_removed(struct ompi_communicator_t* comm);
+/* Finalize: forget the dead processes and the communicators. */
 void ompi_mtl_rdmx_dead_fini(void);
 
 /* mtl_rdmx_stats.c: the counters as MPI_T performance variables (at component registration) and

@@ -462,7 +462,6 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
     return NULL;
   }
 
-  ompi_mtl_rdmx.posted_recvs = NULL;
   ompi_mtl_rdmx.done = NULL;
   ompi_mtl_rdmx.endpoints = NULL;
   /* Dead peers: fail the MPI_ANY_SOURCE receives they could have satisfied (mtl_rdmx_failure.c). */

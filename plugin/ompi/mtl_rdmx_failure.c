@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "mtl_rdmx.h"
+#include "mtl_rdmx_tag.h"
 #include "opal/util/output.h"
 
 static void record_dead(uint64_t uid) {
@@ -83,17 +84,70 @@ static mca_mtl_rdmx_endpoint_t* endpoint_of(uint64_t uid) {
   return NULL;
 }
 
+/* Fails comm's posted MPI_ANY_SOURCE receives: rdmx has them all (their tags carry the context
+ * id), so the MTL keeps no list of them and posting one takes no lock. */
+static void fail_any_source_recvs_of(struct ompi_communicator_t* comm) {
+  uint64_t tag;
+  uint64_t mask;
+  mtl_rdmx_comm_tag(comm->c_contextid, &tag, &mask);
+  (void)rdmx_tag_recv_fail_any_source(ompi_mtl_rdmx.worker, tag, mask);
+}
+
 /* Lock held. */
 static void fail_any_source_recvs(uint64_t uid) {
-  mca_mtl_rdmx_request_t* r = ompi_mtl_rdmx.posted_recvs;
-  while (NULL != r) {
-    mca_mtl_rdmx_request_t* next = r->posted_next;
-    if (RDMX_ANY_SOURCE == r->source_uid && NULL != r->comm && comm_contains(r->comm, uid)) {
-      r->peer_failed = true; /* completes as an error on the next progress */
-      (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &r->rdmx); /* BUSY: matched, completes */
+  size_t i;
+  for (i = 0; i < ompi_mtl_rdmx.comm_count; ++i) {
+    if (comm_contains(ompi_mtl_rdmx.comms[i], uid)) {
+      fail_any_source_recvs_of(ompi_mtl_rdmx.comms[i]);
     }
-    r = next;
   }
+}
+
+/* The receive was posted before this reads dead_count: a death recorded after it is handled
+ * after it too, and finds it in rdmx (ompi_mtl_rdmx_handle_peer_failures). */
+void ompi_mtl_rdmx_check_any_source(struct ompi_communicator_t* comm) {
+  if (OPAL_LIKELY(0 == __atomic_load_n(&ompi_mtl_rdmx.dead_count, __ATOMIC_ACQUIRE))) {
+    return;
+  }
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  if (ompi_mtl_rdmx_comm_has_dead(comm)) {
+    fail_any_source_recvs_of(comm);
+  }
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+}
+
+int ompi_mtl_rdmx_comm_added(struct ompi_communicator_t* comm) {
+  int rc = OMPI_SUCCESS;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  if (ompi_mtl_rdmx.comm_count == ompi_mtl_rdmx.comm_capacity) {
+    const size_t capacity = 0 == ompi_mtl_rdmx.comm_capacity ? 8 : 2 * ompi_mtl_rdmx.comm_capacity;
+    struct ompi_communicator_t** comms = realloc(ompi_mtl_rdmx.comms, capacity * sizeof(*comms));
+    if (NULL == comms) {
+      opal_output(0, "mtl rdmx: out of memory adding a communicator");
+      rc = OMPI_ERR_OUT_OF_RESOURCE;
+    } else {
+      ompi_mtl_rdmx.comms = comms;
+      ompi_mtl_rdmx.comm_capacity = capacity;
+    }
+  }
+  if (OMPI_SUCCESS == rc) {
+    ompi_mtl_rdmx.comms[ompi_mtl_rdmx.comm_count++] = comm;
+  }
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
+  return rc;
+}
+
+/* pml cm's requests hold their communicator: none of comm's receives is still posted. */
+void ompi_mtl_rdmx_comm_removed(struct ompi_communicator_t* comm) {
+  size_t i;
+  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
+  for (i = 0; i < ompi_mtl_rdmx.comm_count; ++i) {
+    if (ompi_mtl_rdmx.comms[i] == comm) {
+      ompi_mtl_rdmx.comms[i] = ompi_mtl_rdmx.comms[--ompi_mtl_rdmx.comm_count];
+      break;
+    }
+  }
+  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
 }
 
 void ompi_mtl_rdmx_handle_peer_failures(void) {
@@ -123,6 +177,10 @@ void ompi_mtl_rdmx_handle_peer_failures(void) {
 }
 
 void ompi_mtl_rdmx_dead_fini(void) {
+  free(ompi_mtl_rdmx.comms);
+  ompi_mtl_rdmx.comms = NULL;
+  ompi_mtl_rdmx.comm_count = 0;
+  ompi_mtl_rdmx.comm_capacity = 0;
   free(ompi_mtl_rdmx.dead_uids);
   ompi_mtl_rdmx.dead_uids = NULL;
   ompi_mtl_rdmx.dead_capacity = 0;

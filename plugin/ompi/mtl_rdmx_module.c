@@ -169,32 +169,6 @@ int ompi_mtl_rdmx_del_procs(struct mca_mtl_base_module_t* mtl, size_t nprocs,
   return OMPI_SUCCESS;
 }
 
-void ompi_mtl_rdmx_posted_link(mca_mtl_rdmx_request_t* r) {
-  r->posted_prev = NULL;
-  r->posted_next = ompi_mtl_rdmx.posted_recvs;
-  if (NULL != r->posted_next) {
-    r->posted_next->posted_prev = r;
-  }
-  ompi_mtl_rdmx.posted_recvs = r;
-  r->posted = true;
-}
-
-void ompi_mtl_rdmx_posted_unlink(mca_mtl_rdmx_request_t* r) {
-  if (!r->posted) {
-    return;
-  }
-  if (NULL != r->posted_prev) {
-    r->posted_prev->posted_next = r->posted_next;
-  } else {
-    ompi_mtl_rdmx.posted_recvs = r->posted_next;
-  }
-  if (NULL != r->posted_next) {
-    r->posted_next->posted_prev = r->posted_prev;
-  }
-  r->posted_prev = r->posted_next = NULL;
-  r->posted = false;
-}
-
 void ompi_mtl_rdmx_peer_unreachable(struct ompi_proc_t* proc) {
   mca_mtl_rdmx_endpoint_t* e =
       NULL != proc ? proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] : NULL;
@@ -281,12 +255,12 @@ int ompi_mtl_rdmx_add_comm(struct mca_mtl_base_module_t* mtl, struct ompi_commun
                 MTL_RDMX_MAX_COMM_SIZE);
     return OMPI_ERR_OUT_OF_RESOURCE;
   }
-  return OMPI_SUCCESS;
+  return ompi_mtl_rdmx_comm_added(comm);
 }
 
 int ompi_mtl_rdmx_del_comm(struct mca_mtl_base_module_t* mtl, struct ompi_communicator_t* comm) {
   (void)mtl;
-  (void)comm;
+  ompi_mtl_rdmx_comm_removed(comm);
   return OMPI_SUCCESS;
 }
 
@@ -333,11 +307,6 @@ static mca_mtl_rdmx_request_t* done_take(void) {
 void ompi_mtl_rdmx_callback(rdmx_request_t* request, const rdmx_status_t* status, void* user_data) {
   mca_mtl_rdmx_request_t* r = user_data;
   (void)request;
-  if (OPAL_UNLIKELY(r->posted)) { /* an MPI_ANY_SOURCE receive: leaves the list */
-    OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-    ompi_mtl_rdmx_posted_unlink(r);
-    OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
-  }
   done_push(r, status);
 }
 
@@ -364,8 +333,7 @@ static int mpi_error_of(const rdmx_status_t* s) {
 static void complete_recv(mca_mtl_rdmx_request_t* r) {
   ompi_status_public_t* st = &r->super.ompi_req->req_status;
   const rdmx_status_t* s = &r->status;
-  if (OPAL_UNLIKELY((r->peer_failed && RDMX_ERR_CANCELED == s->error) ||
-                    RDMX_ERR_UNREACHABLE == s->error)) {
+  if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == s->error)) {
     /* Its source is unreachable: an error, with nothing received. */
     st->_ucount = 0;
     st->MPI_ERROR = MPI_ERR_OTHER;
@@ -394,7 +362,6 @@ static void complete_recv(mca_mtl_rdmx_request_t* r) {
   }
   r->buffer = NULL;
   r->free_buffer = false;
-  r->peer_failed = false;
   r->super.completion_callback(&r->super);
 }
 
@@ -493,7 +460,6 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
       r->free_buffer = false;
     }
   }
-  ompi_mtl_rdmx.posted_recvs = NULL;
   ompi_mtl_rdmx_dead_fini();
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   return OMPI_SUCCESS;

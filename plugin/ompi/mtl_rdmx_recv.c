@@ -32,27 +32,6 @@ static void connect_source(struct ompi_communicator_t* comm, int src) {
   }
 }
 
-/* Posts an MPI_ANY_SOURCE receive, listed (mtl_rdmx.h) before rdmx has it, since rdmx may complete
- * it (callback: unlink) at once. Fails it if a process it could wait for is dead and nothing
- * there matched it (the MPI_ANY_SOURCE rule, mtl_rdmx_failure.c). */
-static int post_any_source(mca_mtl_rdmx_request_t* req, void* start, size_t length, uint64_t match,
-                           uint64_t mask) {
-  int rc;
-  OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);
-  ompi_mtl_rdmx_posted_link(req);
-  rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, RDMX_ANY_SOURCE, match, mask, &req->rdmx,
-                     ompi_mtl_rdmx_callback, req);
-  if (OPAL_UNLIKELY(RDMX_OK != rc)) {
-    ompi_mtl_rdmx_posted_unlink(req);
-  } else if (OPAL_UNLIKELY(0 != ompi_mtl_rdmx.dead_count) && req->posted &&
-             ompi_mtl_rdmx_comm_has_dead(req->comm)) {
-    req->peer_failed = true;
-    (void)rdmx_request_cancel(ompi_mtl_rdmx.worker, &req->rdmx);
-  }
-  OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
-  return rc;
-}
-
 /* Where the message lands: the user's buffer when the datatype is contiguous, else a staging
  * buffer unpacked at completion. */
 static int prepare_recv(struct opal_convertor_t* convertor, mca_mtl_rdmx_request_t* req,
@@ -102,28 +81,24 @@ int ompi_mtl_rdmx_irecv(struct mca_mtl_base_module_t* mtl, struct ompi_communica
     return rc;
   }
   req->source_uid = source;
-  req->comm = comm;
-  req->peer_failed = false;
-  req->posted = false;
+  /* No lock. A named source: rdmx fails the receive if the source dies, and refuses it if the
+   * source is dead and nothing it sent matches. MPI_ANY_SOURCE: the MTL's rule
+   * (mtl_rdmx_failure.c) fails it when a process of comm dies, through rdmx. */
+  connect_source(comm, src);
   for (;;) {
-    if (RDMX_ANY_SOURCE == source) {
-      rc = post_any_source(req, start, length, match, mask);
-    } else {
-      /* Not listed, no lock: rdmx fails the receive if the source dies, and refuses it if the
-       * source is dead and nothing it sent matches. */
-      connect_source(comm, src);
-      rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
-                         ompi_mtl_rdmx_callback, req);
-    }
+    rc = rdmx_tag_recv(ompi_mtl_rdmx.worker, start, length, source, match, mask, &req->rdmx,
+                       ompi_mtl_rdmx_callback, req);
     if (OPAL_LIKELY(RDMX_ERR_NO_RESOURCE != rc)) {
       break;
     }
     ompi_mtl_rdmx_progress();
   }
+  if (OPAL_UNLIKELY(RDMX_ANY_SOURCE == source && RDMX_OK == rc)) {
+    ompi_mtl_rdmx_check_any_source(comm); /* a process of comm died before it was posted */
+  }
   if (OPAL_UNLIKELY(RDMX_ERR_UNREACHABLE == rc)) {
     /* rdmx refused it: the source is dead and sent nothing that matches. An error, with nothing
      * received. */
-    req->peer_failed = true;
     ompi_mtl_rdmx_complete_now(req, RDMX_ERR_UNREACHABLE);
     return OMPI_SUCCESS;
   }
@@ -231,8 +206,6 @@ int ompi_mtl_rdmx_imrecv(struct mca_mtl_base_module_t* mtl, struct opal_converto
   if (OPAL_UNLIKELY(OMPI_SUCCESS != rc)) {
     return rc;
   }
-  req->posted = false; /* matched already: never failed for its source */
-  req->peer_failed = false;
   for (;;) {
     rc = rdmx_tag_msg_recv(ompi_mtl_rdmx.worker, m, start, length, &req->rdmx,
                            ompi_mtl_rdmx_callback, req);

@@ -36,7 +36,6 @@ static int send_start(struct ompi_communicator_t* comm, int dest, int tag,
   req->free_buffer = free_after;
   req->convertor = convertor;
   req->peer = proc;
-  req->posted = false; /* pml cm recycles requests: never in the receive list as a send */
   req->injected = false;
 
   /* An MPI_Send that leaves at once (the usual small one) needs no rdmx request: it is done on

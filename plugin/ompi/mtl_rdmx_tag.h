@@ -99,6 +99,14 @@ static inline void mtl_rdmx_recv_tag(uint32_t context_id, int source, int tag, u
   *mask = k;
 }
 
+/* The tag and mask that pick every receive posted in a communicator, whatever its source and
+ * tag: a receive's match agrees with tag in the bits of mask exactly when its context id is
+ * context_id (rdmx_tag_recv_fail_any_source). */
+static inline void mtl_rdmx_comm_tag(uint32_t context_id, uint64_t* tag, uint64_t* mask) {
+  *tag = (uint64_t)context_id << MTL_RDMX_CID_SHIFT;
+  *mask = MTL_RDMX_CID_MASK;
+}
+
 /* MPI_SOURCE and MPI_TAG of a received or probed message. */
 static inline int mtl_rdmx_tag_source(uint64_t tag) {
   return (int)((tag & MTL_RDMX_SOURCE_MASK) >> MTL_RDMX_SOURCE_SHIFT);

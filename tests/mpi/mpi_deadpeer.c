@@ -58,16 +58,24 @@ static void progress_for(double seconds) {
 }
 
 static void recv_only(int rank, double bound) {
-  MPI_Request any;
+  MPI_Request any, alone_any;
   MPI_Status st;
-  int inbox = 0, anybox = 0, flag = 0, rc;
+  MPI_Comm alone; /* each rank by itself: a communicator without the rank that dies */
+  int inbox = 0, anybox = 0, alone_box = 0, flag = 0, rc;
+  const int word = 0x5e1f;
   double t0, detect, any_done;
   char text[MPI_MAX_ERROR_STRING];
+  if (MPI_SUCCESS != MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &alone)) {
+    fail("MPI_Comm_split");
+  }
   progress_for(2.0); /* both ways: nothing of rank 0's is left unacknowledged */
   if (rank == 1) {
     raise(SIGKILL);
   }
   t0 = MPI_Wtime();
+  if (MPI_SUCCESS != MPI_Irecv(&alone_box, 1, MPI_INT, MPI_ANY_SOURCE, 7, alone, &alone_any)) {
+    fail("posting the MPI_ANY_SOURCE Irecv of the communicator without the dead rank");
+  }
   if (MPI_SUCCESS != MPI_Irecv(&anybox, 1, MPI_INT, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, &any)) {
     fail("posting the MPI_ANY_SOURCE Irecv");
   }
@@ -93,6 +101,14 @@ static void recv_only(int rank, double bound) {
     fail("an MPI_ANY_SOURCE Irecv reported success (nobody sent)");
   }
   printf("mpi_deadpeer: the MPI_ANY_SOURCE Irecv failed after %.1f s\n", any_done);
+  /* The one of a communicator without the dead rank is still posted, and takes its message. */
+  if (MPI_SUCCESS != MPI_Test(&alone_any, &flag, &st) || flag) {
+    fail("an MPI_ANY_SOURCE Irecv of a communicator without the dead rank completed");
+  }
+  if (MPI_SUCCESS != MPI_Send(&word, 1, MPI_INT, 0, 7, alone) ||
+      MPI_SUCCESS != MPI_Wait(&alone_any, &st) || alone_box != word) {
+    fail("an MPI_ANY_SOURCE Irecv of a communicator without the dead rank lost its message");
+  }
   t0 = MPI_Wtime();
   if (MPI_SUCCESS == MPI_Probe(1, 8, MPI_COMM_WORLD, &st)) {
     fail("MPI_Probe from a dead rank reported success");

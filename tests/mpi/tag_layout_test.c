@@ -61,7 +61,13 @@ int main(void) {
               const int rtag = f == nt ? MPI_ANY_TAG : tags[f];
               uint64_t match, mask;
               int got, want;
+              uint64_t comm_tag, comm_mask;
               mtl_rdmx_recv_tag(cids[d], rsrc, rtag, &match, &mask);
+              /* The receive is picked by its own communicator's tag, never another's. */
+              mtl_rdmx_comm_tag(cids[a], &comm_tag, &comm_mask);
+              EXPECT((((match ^ comm_tag) & comm_mask) == 0) == (cids[a] == cids[d]),
+                     "recv (cid %u, src %d, tag %d) %s by communicator %u's tag", cids[d], rsrc,
+                     rtag, cids[a] == cids[d] ? "not picked" : "picked", cids[a]);
               got = (t & mask) == (match & mask);
               want = mpi_matches(cids[a], srcs[b], tags[c], cids[d], rsrc, rtag);
               EXPECT(got == want,

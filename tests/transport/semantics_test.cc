@@ -239,6 +239,60 @@ TEST_P(Semantics, CancelOfAPostedReceive) {
   });
 }
 
+// rdmx_tag_recv_fail_any_source fails exactly the posted wildcard-source receives whose tag
+// agrees in the mask's bits (a host's group, here the top 16 bits): with RDMX_ERR_UNREACHABLE,
+// nothing received, the callback from progress. A receive of another group, or naming its source,
+// stays posted and still takes its message.
+TEST_P(Semantics, FailAnySourcePicksOnlyTheGroupsWildcardReceives) {
+  run([](Rank& rank, Session& s, int peer) {
+    constexpr std::uint64_t kGroupMask = 0xffff000000000000;
+    constexpr std::uint64_t kGroup1 = std::uint64_t{1} << 48;
+    constexpr std::uint64_t kGroup2 = std::uint64_t{2} << 48;
+    std::uint8_t a[8] = {}, b[8] = {}, c[8] = {}, d[8] = {};
+    rdmx_request_t ra, rb, rc, rd;
+    CallbackLog log;
+    // a: group 1, tag 5; b: group 1, any tag; c: group 2, tag 5 (all from any source);
+    // d: group 1, tag 7, from the peer by name.
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, a, sizeof(a), RDMX_ANY_SOURCE, kGroup1 | 5, kAll,
+                                      &ra, log_callback, &log));
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, b, sizeof(b), RDMX_ANY_SOURCE, kGroup1, kGroupMask,
+                                      &rb, nullptr, nullptr));
+    RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, c, sizeof(c), RDMX_ANY_SOURCE, kGroup2 | 5, kAll,
+                                      &rc, nullptr, nullptr));
+    RDMX_CHECK_OK(rank,
+                  rdmx_tag_recv(s.worker, d, sizeof(d), s.uids[static_cast<std::size_t>(peer)],
+                                kGroup1 | 7, kAll, &rd, nullptr, nullptr));
+    RDMX_CHECK_EQ(rank, rdmx_tag_recv_fail_any_source(nullptr, kGroup1, kGroupMask),
+                  RDMX_ERR_INVALID_PARAM);
+    RDMX_CHECK_EQ(rank, rdmx_tag_recv_fail_any_source(s.worker, kGroup1, kGroupMask), 2);
+    RDMX_CHECK_EQ(rank, log.calls, 0);  // callbacks run from progress, never inside a call
+    RDMX_CHECK_EQ(rank, rdmx_tag_recv_fail_any_source(s.worker, kGroup1, kGroupMask), 0);
+    rdmx_status_t st{};
+    RDMX_CHECK_EQ(rank, wait_request(rank, s.worker, &ra, &st, "failed receive a"),
+                  RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK_EQ(rank, st.length, 0u);
+    RDMX_CHECK_EQ(rank, log.calls, 1);
+    RDMX_CHECK_EQ(rank, log.last_error, RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK_EQ(rank, wait_request(rank, s.worker, &rb, &st, "failed receive b"),
+                  RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK_EQ(rank, rdmx_request_test(&rc, nullptr), RDMX_INPROGRESS);
+    RDMX_CHECK_EQ(rank, rdmx_request_test(&rd, nullptr), RDMX_INPROGRESS);
+    rank.barrier();  // both ranks failed theirs before either sends
+    send_bytes(rank, s, peer, kGroup2 | 5, sizeof(c), 0xc2);
+    send_bytes(rank, s, peer, kGroup1 | 7, sizeof(d), 0xd1);
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &rc, &st, "group 2 wildcard receive"));
+    RDMX_CHECK_EQ(rank, st.tag, kGroup2 | 5);
+    RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &rd, &st, "named-source receive"));
+    RDMX_CHECK_EQ(rank, st.tag, kGroup1 | 7);
+    for (std::size_t i = 0; i < sizeof(c); ++i) {
+      RDMX_CHECK_EQ(rank, c[i], 0xc2);
+      RDMX_CHECK_EQ(rank, d[i], 0xd1);
+      RDMX_CHECK_EQ(rank, a[i], 0);  // nothing landed in the failed ones
+      RDMX_CHECK_EQ(rank, b[i], 0);
+    }
+  });
+}
+
 // A bounded wait returns RDMX_ERR_TIMED_OUT once its time is up, not before and not long after
 // (it naps when idle, up to a millisecond at a time), and leaves the request posted: the message
 // sent afterwards completes that same request.
