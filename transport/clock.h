@@ -41,7 +41,7 @@ class CachedClock {
   // where there is no TSC).
   std::uint64_t now_us() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
-    const std::uint64_t tsc = __rdtsc();
+    const std::uint64_t tsc = read_tsc();
     const std::uint64_t cycles = tsc - tsc_at_read_;
     if (cycles < kFreshCycles) [[likely]] {
       // < 2^20 cycles times < 2^26: no overflow.
@@ -58,11 +58,7 @@ class CachedClock {
   // a deadline to the kernel (rdmx_worker_arm's timer), where a reading up to a window late
   // would set a timer the kernel finds passed while this clock does not.
   std::uint64_t refresh_us() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    return reread(__rdtsc());
-#else
-    return reread(0);
-#endif
+    return reread(read_tsc());
   }
 
   static std::uint64_t read_monotonic_us() noexcept {
@@ -73,6 +69,15 @@ class CachedClock {
   }
 
  private:
+  // The time-stamp counter; 0 where there is none (reread then uses only the kernel's clock).
+  static std::uint64_t read_tsc() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#else
+    return 0;
+#endif
+  }
+
   // The window has passed (or the first read): the kernel's clock, and the TSC's rate measured
   // against it.
   [[gnu::noinline]] std::uint64_t reread([[maybe_unused]] std::uint64_t tsc) noexcept {

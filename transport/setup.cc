@@ -494,7 +494,7 @@ void Worker::create_queues() {
       *ctx_, static_cast<int>(send_descs_ * res_.max_threads + kSendCqSlack), &*cq_channel_));
   recv_cq_.emplace(verbs::CompletionQueue::create(
       *ctx_, static_cast<int>(2 * res_.srq_depth + kCtrlDepth + kSendCqSlack), &*cq_channel_));
-  wake_.emplace(WakeSet::create(cq_channel_->fd()));
+  wake_.emplace(WakeSet::create(cq_channel_->fd(), ctx_->async_fd()));
 
   // Receive pools: one SRQ per size class, plus the control QP's.
   for (std::uint8_t c = 0; c < kNumClasses; ++c) {

@@ -321,7 +321,7 @@ void Worker::destroy_queues(debug::DestroyReport& report) {
   }
   send_cq_.reset();
   recv_cq_.reset();
-  wake_.reset();  // made after the channel, closed before it
+  wake_.reset();  // made after the channel, closed before it (and the context: its async fd)
   if (cq_channel_ && cq_channel_->destroy() != 0) {  // after its CQs (ibv_destroy_comp_channel)
     ++report.destroy_errors;
   }

@@ -13,7 +13,7 @@
 
 namespace rdmx::transport {
 
-WakeSet WakeSet::create(int channel_fd) {
+WakeSet WakeSet::create(int channel_fd, int async_fd) {
   const int ep = epoll_create1(EPOLL_CLOEXEC);
   if (ep < 0) {
     throw verbs::Error("epoll_create1", errno, "the worker's event fd");
@@ -27,7 +27,7 @@ WakeSet WakeSet::create(int channel_fd) {
   WakeSet set(ep, timer);  // closes both from here on
   // Level-triggered members: the set stays readable while an event or an expiry is unread, and
   // an outer edge-triggered epoll (UCP's) sees each new one.
-  for (const int member : {channel_fd, timer}) {
+  for (const int member : {channel_fd, timer, async_fd}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = member;

@@ -1,6 +1,7 @@
 // Sleeping until a completion arrives or a deadline passes (rdmx_worker_event_fd,
 // rdmx_worker_arm; UCX's uct_iface_event_arm). Both CQs report to one completion channel, armed
-// on request; the fd a sleeper polls is an epoll set of that channel and a timer (wake_set.h).
+// on request; the fd a sleeper polls is an epoll set of that channel, a timer and the device's
+// async event fd (wake_set.h).
 // The rule is UCT's: arming refuses (RDMX_ERR_BUSY) while anything is left for progress, so that
 // a caller who sleeps after RDMX_OK can only miss nothing. Arming first does the progress work
 // that is due (housekeeping: queued sends, due timers and watchdogs, refills) and sends every
@@ -26,12 +27,13 @@ bool Worker::needs_progress() const noexcept {
 
 // UD's resends and acks and the connection timers; the watchdogs while signalled sends are out
 // (they complete, with an event, unless rxe stalled one after RNR NAKs: the RC watchdog kicks
-// it) or a UD QP is in error (the watchdog recovers it; until then it receives nothing). While
-// nothing of that is pending, a sleeper wakes for nothing but completions, and nothing probes
-// its peers.
+// it), a UD QP is in error (the watchdog recovers it; until then it receives nothing) or the
+// port is down (the watchdog fails the worker if it stays down for peer_timeout_ms). While
+// nothing of that is pending, a sleeper wakes for nothing but completions and async events, and
+// nothing probes its peers.
 std::uint64_t Worker::next_deadline_us() const noexcept {
   std::uint64_t next = std::min(next_ud_timer_us_, next_connect_timer_us_);
-  if (ud_qps_in_error_ != 0 || send_completions_expected()) {
+  if (ud_qps_in_error_ != 0 || port_down_us_ != 0 || send_completions_expected()) {
     next = std::min(next, next_watchdog_us_);
   }
   return next;
@@ -51,16 +53,22 @@ int Worker::arm() {
     // The timer is the kernel's: from here on this worker's clock starts from the kernel's, so
     // that what housekeeping finds not yet due is not passed for the kernel.
     (void)clock_.refresh_us();
+    // Every async event is read now, not when progress next looks (every kAsyncEventPeriodUs):
+    // the async fd is in the set, and one left unread would wake the sleeper at once. What one
+    // starts (a failed peer, the port's timer) is seen below.
+    handle_async_events();
     // Queued sends that the flush posts may complete requests without a callback, which only
     // the caller's next test sees: after a flush, the caller looks before it sleeps.
     const bool flushed = !flush_list_.empty();
+    // So may a worker failing here (a port down for too long): its requests end at once.
+    const int failed_before = failed_code_;
     const int events = housekeeping(/*look_at_clock=*/true);
     // A sleeper has nothing to carry its owed UD acks: they go now rather than wake it when
     // their delay runs out. (This may also find a peer dead: needs_progress sees it.)
     if (next_ud_timer_us_ != protocol::kNoDeadline) {
       run_ud_timers(now_us(), /*acks_now=*/true);
     }
-    if (events > 0 || flushed || needs_progress()) {
+    if (events > 0 || flushed || failed_code_ != failed_before || needs_progress()) {
       return RDMX_ERR_BUSY;
     }
     const std::uint64_t deadline = next_deadline_us();

@@ -238,9 +238,11 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
 /* Sleeping until something arrives, for a caller with nothing else to do (UCX's
  * uct_iface_event_fd_get/arm, UCP_FEATURE_WAKEUP). rdmx_worker_event_fd gives a file descriptor
  * (an epoll set: one more level of nesting for a caller's own epoll) that poll(2)/epoll report
- * readable once a completion arrives after rdmx_worker_arm returned RDMX_OK, or once the
- * worker's next deadline passes: UD's resends, a connection's timers, and the watchdog (every
- * 100 ms) while signalled sends are in flight or a UD QP is in error. Arming first runs what
+ * readable once a completion arrives after rdmx_worker_arm returned RDMX_OK, once the device
+ * reports an async event (a port down, a fatal error), or once the worker's next deadline passes:
+ * UD's resends, a connection's timers, and the watchdog (every 100 ms) while signalled sends are
+ * in flight, a UD QP is in error or the port is down (the worker fails if it stays down for
+ * peer_timeout_ms). Arming first runs what
  * progress would do that is due (queued sends and credit grants are posted, due timers and
  * watchdogs run, pools are refilled) and sends every owed UD acknowledgement; it then returns
  * RDMX_ERR_BUSY, arming nothing, while work is left that needs progress calls and neither a
@@ -252,9 +254,8 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
  * RDMX_SHM=0 and RDMX_RING_PEERS=0 for a worker that sleeps. The caller then calls
  * rdmx_worker_progress and arms again. Arming polls the completion queues once, for what came
  * while it armed (RDMX_ERR_BUSY if anything did; the next progress call hands it over); it runs
- * no callbacks. While the caller sleeps with no signalled send in flight nothing watches peers
- * or the device: a peer that dies while only receives wait for it, and a device or port fault,
- * are found at the next progress. */
+ * no callbacks. While the caller sleeps with no signalled send in flight nothing probes its
+ * peers: a peer that dies while only receives wait for it is found at the next progress. */
 int rdmx_worker_event_fd(rdmx_worker_t* worker, int* fd);
 int rdmx_worker_arm(rdmx_worker_t* worker);
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);

@@ -9,8 +9,9 @@
 //   - a real link going down (`ip link set down` on the rxe device's netdev, IBV_EVENT_PORT_ERR):
 //     back within a second, UD traffic sent meanwhile arrives intact (RC on rxe loses the
 //     connection, cleanly); down for longer than peer_timeout_ms, the worker fails with
-//     RDMX_ERR_IO and nothing waits for ever.
+//     RDMX_ERR_IO and nothing waits for ever; also while the worker sleeps on its event fd.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -335,6 +336,79 @@ void PortFault::down_for_good(rdmx_transport_t t) {
         std::printf("%s: the worker failed %.2f s after its link went down\n",
                     t == RDMX_TRANSPORT_RC ? "rc" : "ud", secs);
         RDMX_CHECK(rank, secs >= kPeerTimeoutMs / 1000.0 * 0.9);
+        RDMX_CHECK(rank, set_link(netdev, true));
+        close_session(rank, s);
+        rank.barrier();
+      },
+      RunOptions{.timeout = std::chrono::seconds(120)}));
+}
+
+// A worker asleep on its event fd (rdmx_worker_arm) when its link goes down: the device's
+// IBV_EVENT_PORT_ERR wakes it (the async fd is in the set), and a sleeper loop as UCP's
+// (progress, arm, sleep until readable) then wakes at the watchdog's deadline until, the port
+// down for peer_timeout_ms, the worker fails its receive with RDMX_ERR_IO. Before, nothing woke
+// it: the sleep lasted until something else came.
+TEST_F(PortFault, ASleeperWakesForItsPortAndFailsWhenItStaysDown) {
+  const std::string netdev = netdev_;
+  EXPECT_TRUE(run_ranks(
+      2,
+      [&](Rank& rank) {
+        Session s =
+            open_session(rank, device_for(rank.rank(), true), RDMX_TRANSPORT_UD, [](auto& c) {
+              short_timeout(c);
+              c.shm = 0;         // a worker with a segment never arms
+              c.ring_peers = 0;  // nor one with rings
+            });
+        quiesce(rank, s);
+        if (rank.rank() == 1) {
+          rank.barrier();
+          close_session(rank, s);
+          return;
+        }
+        const auto readable = [](int fd, int ms) {
+          pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+          return poll(&p, 1, ms) == 1 && (p.revents & POLLIN) != 0;
+        };
+        int fd = -1;
+        RDMX_CHECK_OK(rank, rdmx_worker_event_fd(s.worker, &fd));
+        // Armed, and the fd quiet for 1.5 s: no deadline is near (rank 1 no longer progresses,
+        // so a UD message of rank 0's it has not acknowledged yet is resent at a deadline, up
+        // to 1 s apart), and a wake after the link goes down is the port's.
+        bool armed = false;
+        for (int i = 0; i < 10 && !armed; ++i) {
+          const auto t1 = std::chrono::steady_clock::now();
+          while (seconds_since(t1) < 0.1) {
+            (void)rdmx_worker_progress(s.worker);
+          }
+          armed = rdmx_worker_arm(s.worker) == RDMX_OK && !readable(fd, 1500);
+        }
+        RDMX_CHECK(rank, armed);
+        std::uint64_t in = 0;
+        rdmx_request_t any;  // posted after arming: it makes no event
+        RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &in, sizeof(in), RDMX_ANY_SOURCE, 1, ~0ull,
+                                          &any, nullptr, nullptr));
+        RDMX_CHECK(rank, set_link(netdev, false));
+        const auto t0 = std::chrono::steady_clock::now();
+        RDMX_CHECK(rank, readable(fd, 2000));  // IBV_EVENT_PORT_ERR
+        std::printf("ud: the sleeper woke %.3f s after its link went down\n", seconds_since(t0));
+        int sleeps = 0;
+        for (;;) {
+          RDMX_CHECK(rank, seconds_since(t0) < 3 * kPeerTimeoutMs / 1000.0);
+          (void)rdmx_worker_progress(s.worker);
+          if (rdmx_request_test(&any, nullptr) != RDMX_INPROGRESS) {
+            break;  // the caller looks before it sleeps
+          }
+          if (rdmx_worker_arm(s.worker) == RDMX_OK) {
+            RDMX_CHECK(rank, readable(fd, 2000));  // the watchdog's deadline (100 ms)
+            ++sleeps;
+          }
+        }
+        const double secs = seconds_since(t0);
+        std::printf("ud: the sleeping worker failed %.2f s after its link went down, %d sleeps\n",
+                    secs, sleeps);
+        RDMX_CHECK_EQ(rank, rdmx_request_test(&any, nullptr), RDMX_ERR_IO);
+        RDMX_CHECK(rank, secs >= kPeerTimeoutMs / 1000.0 * 0.9);
+        RDMX_CHECK(rank, sleeps > 0 && sleeps < 500);  // it slept, and not a spin
         RDMX_CHECK(rank, set_link(netdev, true));
         close_session(rank, s);
         rank.barrier();
