@@ -9,7 +9,8 @@
 //   - PORT_ERR (the link went down): traffic waits, as RC retries and UD resends ride through a
 //     flap; a port not back (PORT_ACTIVE) within peer_timeout_ms fails the worker.
 // Everything else (LAST_WQE_REACHED outside teardown, COMM_EST, GID_CHANGE, ...) is only said at
-// verbose 2. Events arrive from handle_async_events (progress, every kAsyncEventPeriodUs).
+// verbose 2. Events arrive from handle_async_events (progress, every kAsyncEventPeriodUs, and
+// rdmx_worker_arm, since the async fd is in the sleeper's epoll set: wake_set.h).
 #include <cstdio>
 #include <string>
 
@@ -25,6 +26,9 @@ void Worker::handle_async_events() {
     }
   } catch (const verbs::Error& e) {
     verbs::log_verb_failure(e.verb(), e.errnum(), "reading async events");
+    if (wake_) {
+      wake_->drop_async_fd();  // else it would wake a sleeper at once, every time
+    }
   }
 }
 

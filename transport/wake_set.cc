@@ -24,7 +24,7 @@ WakeSet WakeSet::create(int channel_fd, int async_fd) {
     (void)close(ep);
     throw verbs::Error("timerfd_create", err, "the worker's deadline timer");
   }
-  WakeSet set(ep, timer);  // closes both from here on
+  WakeSet set(ep, timer, async_fd);  // closes the first two from here on
   // Level-triggered members: the set stays readable while an event or an expiry is unread, and
   // an outer edge-triggered epoll (UCP's) sees each new one.
   for (const int member : {channel_fd, timer, async_fd}) {
@@ -41,6 +41,7 @@ WakeSet WakeSet::create(int channel_fd, int async_fd) {
 WakeSet::WakeSet(WakeSet&& other) noexcept
     : epoll_fd_(std::exchange(other.epoll_fd_, -1)),
       timer_fd_(std::exchange(other.timer_fd_, -1)),
+      async_fd_(std::exchange(other.async_fd_, -1)),
       timer_set_(other.timer_set_) {}
 
 WakeSet::~WakeSet() {
@@ -49,6 +50,13 @@ WakeSet::~WakeSet() {
   }
   if (epoll_fd_ >= 0) {
     (void)close(epoll_fd_);
+  }
+}
+
+void WakeSet::drop_async_fd() noexcept {
+  if (async_fd_ >= 0) {
+    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, async_fd_, nullptr);
+    async_fd_ = -1;
   }
 }
 

@@ -27,6 +27,11 @@ class WakeSet {
 
   int fd() const noexcept { return epoll_fd_; }
 
+  // The async fd leaves the set, for good: reading it failed with an error that a level-
+  // triggered member would report at every sleep (a device gone). Faults are then found by
+  // progress only.
+  void drop_async_fd() noexcept;
+
   // Makes the fd readable at `deadline_us` (CLOCK_MONOTONIC microseconds, the worker clock's
   // base; one in the past fires at once); protocol::kNoDeadline disarms. Either way an expiry
   // from the last setting is cleared (timerfd_settime resets it), so a readable fd means a
@@ -35,10 +40,12 @@ class WakeSet {
   void set_deadline(std::uint64_t deadline_us);
 
  private:
-  WakeSet(int epoll_fd, int timer_fd) noexcept : epoll_fd_(epoll_fd), timer_fd_(timer_fd) {}
+  WakeSet(int epoll_fd, int timer_fd, int async_fd) noexcept
+      : epoll_fd_(epoll_fd), timer_fd_(timer_fd), async_fd_(async_fd) {}
 
   int epoll_fd_ = -1;
   int timer_fd_ = -1;
+  int async_fd_ = -1;       // not ours; -1 once dropped
   bool timer_set_ = false;  // since the last disarming: it may have fired
 };
 

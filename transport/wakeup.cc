@@ -53,6 +53,10 @@ int Worker::arm() {
     // The timer is the kernel's: from here on this worker's clock starts from the kernel's, so
     // that what housekeeping finds not yet due is not passed for the kernel.
     (void)clock_.refresh_us();
+    // A worker failing from here on (a fatal async event, a port down for too long) ends its
+    // requests at once, and a request without a callback shows that only to the caller's test:
+    // the caller looks before it sleeps.
+    const int failed_before = failed_code_;
     // Every async event is read now, not when progress next looks (every kAsyncEventPeriodUs):
     // the async fd is in the set, and one left unread would wake the sleeper at once. What one
     // starts (a failed peer, the port's timer) is seen below.
@@ -60,8 +64,6 @@ int Worker::arm() {
     // Queued sends that the flush posts may complete requests without a callback, which only
     // the caller's next test sees: after a flush, the caller looks before it sleeps.
     const bool flushed = !flush_list_.empty();
-    // So may a worker failing here (a port down for too long): its requests end at once.
-    const int failed_before = failed_code_;
     const int events = housekeeping(/*look_at_clock=*/true);
     // A sleeper has nothing to carry its owed UD acks: they go now rather than wake it when
     // their delay runs out. (This may also find a peer dead: needs_progress sees it.)

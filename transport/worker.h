@@ -785,7 +785,7 @@ class Worker {
   std::optional<verbs::CompletionChannel> cq_channel_;
   std::optional<verbs::CompletionQueue> send_cq_;
   std::optional<verbs::CompletionQueue> recv_cq_;
-  std::optional<WakeSet> wake_;  // the channel and a deadline timer (not a verbs object)
+  std::optional<WakeSet> wake_;  // the channel, a deadline timer, the async fd (not verbs objects)
   std::array<std::unique_ptr<eager::SrqPool>, kNumPools> pools_;
   // The memory of every eager ring we give (channel/rc_ring.cc), registered on the first offer.
   std::unique_ptr<eager::RingSlab> ring_slab_;

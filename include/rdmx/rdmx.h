@@ -254,8 +254,9 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
  * RDMX_SHM=0 and RDMX_RING_PEERS=0 for a worker that sleeps. The caller then calls
  * rdmx_worker_progress and arms again. Arming polls the completion queues once, for what came
  * while it armed (RDMX_ERR_BUSY if anything did; the next progress call hands it over); it runs
- * no callbacks. While the caller sleeps with no signalled send in flight nothing probes its
- * peers: a peer that dies while only receives wait for it is found at the next progress. */
+ * no callbacks. While the caller sleeps with no signalled send in flight (and the port up)
+ * nothing probes its peers: a peer that dies while only receives wait for it is found at the
+ * next progress. */
 int rdmx_worker_event_fd(rdmx_worker_t* worker, int* fd);
 int rdmx_worker_arm(rdmx_worker_t* worker);
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);

@@ -137,7 +137,9 @@ int ompi_mtl_rdmx_comm_added(struct ompi_communicator_t* comm) {
   return rc;
 }
 
-/* pml cm's requests hold their communicator: none of comm's receives is still posted. */
+/* pml cm's nonblocking and persistent requests hold their communicator: none of those is still
+ * posted. A blocking MPI_Recv does not (pml cm makes it on the stack): one left waiting in a
+ * communicator that another thread frees meanwhile is not failed by a later death. */
 void ompi_mtl_rdmx_comm_removed(struct ompi_communicator_t* comm) {
   size_t i;
   OPAL_THREAD_LOCK(&ompi_mtl_rdmx.lock);

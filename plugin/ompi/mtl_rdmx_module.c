@@ -447,8 +447,8 @@ int ompi_mtl_rdmx_finalize(struct mca_mtl_base_module_t* mtl) {
   }
   OPAL_THREAD_UNLOCK(&ompi_mtl_rdmx.lock);
   if (NULL != ompi_mtl_rdmx.worker) {
-    /* Fails what is still active; those callbacks only queue (an MPI_ANY_SOURCE receive's
-     * takes the lock, which is why it is not held here). */
+    /* Fails what is still active; those callbacks only queue. Not under the lock: destroy runs
+     * callbacks (the lock is never held across one, mtl_rdmx.h). */
     rdmx_worker_destroy(ompi_mtl_rdmx.worker);
     ompi_mtl_rdmx.worker = NULL;
   }
