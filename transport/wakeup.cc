@@ -57,10 +57,10 @@ int Worker::arm() {
     // requests at once, and a request without a callback shows that only to the caller's test:
     // the caller looks before it sleeps.
     const int failed_before = failed_code_;
-    // Every async event is read now, not when progress next looks (every kAsyncEventPeriodUs):
-    // the async fd is in the set, and one left unread would wake the sleeper at once. What one
-    // starts (a failed peer, the port's timer) is seen below.
-    handle_async_events();
+    // Every async event is read now (housekeeping's read made due), not when progress next
+    // looks (every kAsyncEventPeriodUs): the async fd is in the set, and one left unread would
+    // wake the sleeper at once. What one starts (a failed peer, the port's timer) is seen below.
+    next_async_us_ = 0;
     // Queued sends that the flush posts may complete requests without a callback, which only
     // the caller's next test sees: after a flush, the caller looks before it sleeps.
     const bool flushed = !flush_list_.empty();

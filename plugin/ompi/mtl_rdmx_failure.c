@@ -85,7 +85,8 @@ static mca_mtl_rdmx_endpoint_t* endpoint_of(uint64_t uid) {
 }
 
 /* Fails comm's posted MPI_ANY_SOURCE receives: rdmx has them all (their tags carry the context
- * id), so the MTL keeps no list of them and posting one takes no lock. */
+ * id), so the MTL keeps no list of them and posting one takes no lock while no process has died
+ * (ompi_mtl_rdmx_check_any_source). */
 static void fail_any_source_recvs_of(struct ompi_communicator_t* comm) {
   uint64_t tag;
   uint64_t mask;

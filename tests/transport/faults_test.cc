@@ -11,7 +11,6 @@
 //     connection, cleanly); down for longer than peer_timeout_ms, the worker fails with
 //     RDMX_ERR_IO and nothing waits for ever; also while the worker sleeps on its event fd.
 #include <gtest/gtest.h>
-#include <poll.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -362,10 +361,6 @@ TEST_F(PortFault, ASleeperWakesForItsPortAndFailsWhenItStaysDown) {
               c.shm = 0;         // a worker with a segment never arms
               c.ring_peers = 0;  // nor one with rings
             });
-        const auto readable = [](int fd, int ms) {
-          pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
-          return poll(&p, 1, ms) == 1 && (p.revents & POLLIN) != 0;
-        };
         int fd = -1;
         RDMX_CHECK_OK(rank, rdmx_worker_event_fd(s.worker, &fd));
         // Armed, and the fd quiet for 1.5 s: no deadline is near, and a wake after the link goes

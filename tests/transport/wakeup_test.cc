@@ -5,7 +5,6 @@
 // segment, whose messages make no completion; work that waits for a time (UD's resends) sets the
 // fd's timer instead.
 #include <gtest/gtest.h>
-#include <poll.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,12 +24,6 @@ constexpr std::size_t kLen = 300;
 
 std::uint8_t pattern(int msg, std::size_t at) {
   return static_cast<std::uint8_t>(msg * 41 + at * 7 + 3);
-}
-
-// Whether the fd becomes readable within `ms`.
-bool readable(int fd, int ms) {
-  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
-  return poll(&p, 1, ms) == 1 && (p.revents & POLLIN) != 0;
 }
 
 // Both ranks progress for a while, then stop, and the sleeper arms and checks that its fd stays

@@ -65,6 +65,9 @@ int wait_request(Rank& rank, rdmx_worker_t* worker, rdmx_request_t* request, rdm
 
 double seconds_since(std::chrono::steady_clock::time_point t0);
 
+// Whether `fd` becomes readable within `ms` (a sleeper's event fd: rdmx_worker_event_fd).
+bool readable(int fd, int ms);
+
 // Drops CAP_IPC_LOCK (root pins without limit otherwise) and lowers RLIMIT_MEMLOCK to `bytes`,
 // so that registering memory beyond it fails as it does for a user with a small `ulimit -l`.
 // Call it in a rank before its worker exists. false: the kernel refused.
