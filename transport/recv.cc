@@ -624,13 +624,13 @@ void Worker::release_message(MsgDesc* d) {
   free_desc(d);
 }
 
-inline void Worker::finish_recv(Request* r, Peer& peer, std::uint64_t tag, protocol::MsgKind kind,
-                                std::uint32_t aux, const std::byte* payload, std::size_t length) {
+inline int Worker::copy_out(Request* r, const Peer& peer, std::uint64_t tag,
+                            const std::byte* payload, std::size_t length) noexcept {
   r->status.tag = tag;
   r->status.source = peer.uid;
   r->status.length = length;
-  int code = RDMX_OK;
   std::size_t n = length;
+  int code = RDMX_OK;
   if (length > r->capacity) [[unlikely]] {
     n = r->capacity;  // nothing is written past the caller's buffer
     code = RDMX_ERR_TRUNCATED;
@@ -638,6 +638,12 @@ inline void Worker::finish_recv(Request* r, Peer& peer, std::uint64_t tag, proto
   if (n != 0) {
     protocol::copy_payload(r->buffer, payload, n);
   }
+  return code;
+}
+
+inline void Worker::finish_recv(Request* r, Peer& peer, std::uint64_t tag, protocol::MsgKind kind,
+                                std::uint32_t aux, const std::byte* payload, std::size_t length) {
+  const int code = copy_out(r, peer, tag, payload, length);
   if (kind == protocol::MsgKind::kEagerSync) {
     send_match_ack(peer, aux);
   }
@@ -693,10 +699,12 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
   lock_shared_side();
   const SharedSide shared(lock_);
   // Only exclusive holders add unexpected messages and peers, or fail them: what is read here
-  // holds until the receive is posted, so it is read before match_mu_, which covers only the
-  // posted receives and the active list that other shared holders write too. Delivering an
-  // unexpected message (its buffer, a match-ack, a rendezvous) is the exclusive holders' as well,
-  // so a receive that one matches is left to the locked path.
+  // about peers holds until the receive is posted. match_mu_ covers what shared holders change:
+  // the posted receives, the active list, and the taking of an unexpected message (probes read
+  // the queue under it too). An eager message taken here is this call's alone once out of the
+  // matcher: its bytes are copied with match_mu_ released, and its buffer goes back to its pool
+  // (the exclusive holders') through shared_taken_. Any other kind (a rendezvous; an Ssend's,
+  // which wants a match-ack) is left to the locked path.
   std::uint32_t src = protocol::kAnySource;
   if (source != RDMX_ANY_SOURCE) {
     const Peer* p = find_peer(source);
@@ -705,15 +713,42 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
     }
     src = p->index;
   }
-  const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
-  if (failed_code_ != 0 || matcher_.probe(spec) != nullptr) {
+  if (failed_code_ != 0) {
     return false;
   }
-  init_recv(r, buffer, length, spec, callback, user_data, static_cast<std::uint16_t>(ctx));
-  const std::lock_guard<ShortLock> match(match_mu_);
-  matcher_.post_unmatched(r->recv);
-  activate(r);
+  const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
+  MsgDesc* d = nullptr;
+  {
+    const std::lock_guard<ShortLock> match(match_mu_);
+    const protocol::UnexpectedMsg* u = matcher_.probe(spec);
+    if (u != nullptr && static_cast<const MsgDesc*>(u)->kind != protocol::MsgKind::kEager) {
+      return false;
+    }
+    init_recv(r, buffer, length, spec, callback, user_data, static_cast<std::uint16_t>(ctx));
+    if (u == nullptr) {
+      matcher_.post_unmatched(r->recv);
+      activate(r);
+      return true;
+    }
+    d = static_cast<MsgDesc*>(matcher_.post_receive(r->recv));  // u: the first that matches
+  }
+  r->status.error = copy_out(r, *d->peer, d->tag, d->data, d->length);
+  complete_shared(r);
+  MsgDesc* head = shared_taken_.load(std::memory_order_relaxed);
+  do {
+    d->next_free = head;
+  } while (!shared_taken_.compare_exchange_weak(head, d, std::memory_order_release,
+                                                std::memory_order_relaxed));
   return true;
+}
+
+void Worker::release_shared_taken() {
+  MsgDesc* d = shared_taken_.exchange(nullptr, std::memory_order_acquire);
+  while (d != nullptr) {
+    MsgDesc* const next = d->next_free;
+    release_message(d);
+    d = next;
+  }
 }
 
 int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
@@ -759,8 +794,9 @@ int Worker::probe_shared(std::uint64_t source, std::uint64_t tag, std::uint64_t 
                          rdmx_status_t* status) {
   lock_shared_side();
   const SharedSide shared(lock_);
-  // The peers, their failure, the unexpected messages and what they carry change only under the
-  // whole lock; recv_shared's posts (match_mu_) touch none of them.
+  // The peers and their failure change only under the whole lock; the unexpected queue under it
+  // and, for shared holders, match_mu_ (recv_shared takes messages out of it).
+  const std::lock_guard<ShortLock> match(match_mu_);
   return probe(source, tag, mask, status, nullptr);
 }
 

@@ -406,12 +406,7 @@ bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::s
   init_request(r, ReqType::kSend, callback, user_data, thread);
   r->status = rdmx_status_t{.error = rc, .tag = tag, .source = 0, .length = length};
   r->send_flags = static_cast<std::uint16_t>(flags);
-  move_to(r, ReqState::kCompleting);
-  Request* head = shared_done_.load(std::memory_order_relaxed);
-  do {
-    r->next = head;
-  } while (!shared_done_.compare_exchange_weak(head, r, std::memory_order_release,
-                                               std::memory_order_relaxed));
+  complete_shared(r);
   return true;
 }
 

@@ -299,6 +299,9 @@ int Worker::progress_any() {
     return 0;  // another thread polls: its callbacks deliver what it finds
   }
   (void)enter_caller(/*own=*/false);  // never fails without `own`
+  if (shared_taken_.load(std::memory_order_relaxed) != nullptr) {
+    release_shared_taken();
+  }
   const int events = progress();
   if (done_head_ == nullptr && failed_uids_.empty() &&
       shared_done_.load(std::memory_order_relaxed) == nullptr) {
@@ -324,6 +327,7 @@ void Worker::destroy(Worker* w) {
       std::lock_guard<WorkerLock> held(w->lock_);
       w->tx_ = &w->threads_[0];  // failing requests posts nothing
       w->failed_early_ += w->fail_active();
+      w->release_shared_taken();
       done = w->take_completions();
     }
     (void)w->run_completions(std::move(done));

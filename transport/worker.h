@@ -401,12 +401,14 @@ class Worker {
   bool send_request_shared(int ctx, Peer& peer, const void* buffer, std::size_t length,
                            std::uint64_t tag, unsigned flags, Request* r, rdmx_callback_t callback,
                            void* user_data);
-  // tag_recv's posting of a receive that nothing unexpected matches, for context `ctx`, under the
-  // shared side of lock_ and match_mu_ (recv.cc): true, posted; false with nothing done (an
-  // unexpected message matches, the source is new or gone: the caller takes the lock).
+  // tag_recv for context `ctx` under the shared side of lock_ and match_mu_ (recv.cc): a receive
+  // that nothing unexpected matches is posted; one that an unexpected eager message matches takes
+  // it and completes (with a callback: on shared_done_). true, done so; false with nothing done
+  // (another kind matches, the source is new or gone: the caller takes the lock).
   bool recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_t source,
                    std::uint64_t tag, std::uint64_t mask, Request* r, rdmx_callback_t callback,
                    void* user_data);
+  void release_shared_taken();  // shared_taken_'s buffers back, under the whole lock
   int enter_caller(bool own) noexcept;
   void add_thread_ctx(pid_t owner);
   static std::uint64_t next_serial() noexcept;
@@ -629,6 +631,10 @@ class Worker {
   void release_message(MsgDesc* desc);
   MsgDesc* alloc_desc();
   void free_desc(MsgDesc* desc);
+  // A matched eager message's bytes into the receive, and its status but the error, which it
+  // returns (RDMX_OK, RDMX_ERR_TRUNCATED).
+  [[gnu::always_inline]] int copy_out(Request* request, const Peer& peer, std::uint64_t tag,
+                                      const std::byte* payload, std::size_t length) noexcept;
   [[gnu::always_inline]] void finish_recv(Request* request, Peer& peer, std::uint64_t tag,
                                           protocol::MsgKind kind, std::uint32_t aux,
                                           const std::byte* payload, std::size_t length);
@@ -749,6 +755,9 @@ class Worker {
   void deactivate(Request* r) noexcept;
   // Inlined into every caller: most are per message (an eager send completes as it is posted).
   [[gnu::always_inline]] void complete(Request* r, int code);
+  // complete() for a request of a shared holder's (status set, never activated): done at once, or
+  // with a callback on shared_done_ for the next progress (posting calls run no callbacks).
+  void complete_shared(Request* r) noexcept;
 
   rdmx_worker handle_{this};
   rdmx_config_t config_;
@@ -846,6 +855,10 @@ class Worker {
   // first. Shared holders push at once (compare-and-swap); take_completions, under the whole
   // lock, takes them after done_head_'s.
   std::atomic<Request*> shared_done_{nullptr};
+  // MULTI: unexpected messages taken by a receive under the shared side (recv_shared), newest
+  // first, linked by next_free; progress_any gives their buffers back under the whole lock, which
+  // owns the pools and the descriptor list (release_shared_taken).
+  std::atomic<MsgDesc*> shared_taken_{nullptr};
   std::vector<Peer*> flush_list_;
   std::vector<Peer*> ud_timer_list_;
   std::vector<Peer*> connect_list_;
@@ -997,6 +1010,19 @@ inline void Worker::deactivate(Request* r) noexcept {
     r->active_next->active_prev = r->active_prev;
   }
   r->active_prev = r->active_next = nullptr;
+}
+
+inline void Worker::complete_shared(Request* r) noexcept {
+  if (r->callback == nullptr) {
+    move_to(r, ReqState::kDone);
+    return;
+  }
+  move_to(r, ReqState::kCompleting);
+  Request* head = shared_done_.load(std::memory_order_relaxed);
+  do {
+    r->next = head;
+  } while (!shared_done_.compare_exchange_weak(head, r, std::memory_order_release,
+                                               std::memory_order_relaxed));
 }
 
 inline void Worker::complete(Request* r, int code) {

@@ -192,10 +192,10 @@ TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
 }
 
 // An eager send that leaves at once takes only the shared side of the worker lock (and its
-// peer's and UD's post locks), and so do a receive that nothing unexpected matches (with the
-// matcher's lock) and a probe: they go through while another thread holds that side, where
-// progress and every other call wait. A synchronous send, and a receive that an unexpected
-// message matches, take the whole lock.
+// peer's and UD's post locks), and so do a receive that nothing unexpected or an unexpected
+// standard eager message matches (with the matcher's lock) and a probe: they go through while
+// another thread holds that side, where progress and every other call wait. A synchronous send,
+// and a receive that an unexpected synchronous message matches, take the whole lock.
 TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   RDMX_REQUIRE_DEVICE();
   const rdmx_transport_t transport = GetParam();
@@ -203,6 +203,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   // slow host (ThreadSanitizer) timeouts during set-up may have shrunk it that far.
   const int kEager = transport == RDMX_TRANSPORT_UD ? 2 : 8;
   constexpr std::array<std::size_t, 4> kSizes = {8, 64, 200, 512};
+  constexpr std::size_t kAfterLength = 40;
   ASSERT_TRUE(run_ranks(
       2,
       [&](Rank& rank) {
@@ -220,6 +221,11 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           std::atomic<bool> sync_posted{false};
           rdmx_request_t sync_req;
           std::vector<std::uint8_t> sync_buf(16, 0x5a);
+          rdmx_request_t after_req;
+          std::vector<std::uint8_t> after_buf(kAfterLength);
+          for (std::size_t k = 0; k < after_buf.size(); ++k) {
+            after_buf[k] = pattern(8, 0, k);
+          }
           std::atomic<bool> ready{false};
           std::atomic<bool> go{false};
           std::thread poster([&] {
@@ -246,6 +252,9 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
                           rdmx_tag_send(s.eps[1], sync_buf.data(), sync_buf.size(), handoff_tag(7),
                                         RDMX_SEND_SYNC, &sync_req, nullptr, nullptr));
             sync_posted = true;
+            // A standard one behind it, which the peer's receive takes unexpected.
+            RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], after_buf.data(), after_buf.size(),
+                                              handoff_tag(8), 0, &after_req, nullptr, nullptr));
           });
           while (!ready.load()) {
             std::this_thread::yield();
@@ -267,6 +276,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           poster.join();
           RDMX_CHECK(rank, sync_posted.load());
           RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &after_req, nullptr, "standard send"));
         } else {
           // The receives, posted while another thread holds the shared side: nothing unexpected
           // matches them (no progress has run since quiesce), so they post at once.
@@ -328,6 +338,44 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
               RDMX_CHECK_EQ(rank, found.load(), 1);
             }
             prober.join();  // after the lock is let go: a probe that waited for it ends now
+          }
+          // A receive that an unexpected standard message matches takes it beside the shared
+          // side: done on return, with its bytes.
+          while (rdmx_tag_probe(w, s.uids[0], handoff_tag(8), kExact, &probed, nullptr) == 0 &&
+                 seconds_since(t0) < 20.0) {
+            (void)rdmx_worker_progress(w);
+          }
+          RDMX_CHECK_EQ(rank, probed.length, kAfterLength);
+          {
+            std::vector<std::uint8_t> after(64);
+            rdmx_request_t after_req;
+            std::atomic<bool> taker_ready{false};
+            std::atomic<bool> taker_go{false};
+            std::atomic<int> taken{0};
+            std::thread taker([&] {
+              RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
+              taker_ready = true;
+              while (!taker_go.load()) {
+                std::this_thread::yield();
+              }
+              RDMX_CHECK_OK(rank,
+                            rdmx_tag_recv(w, after.data(), after.size(), s.uids[0], handoff_tag(8),
+                                          kExact, &after_req, nullptr, nullptr));
+              RDMX_CHECK_OK(rank, rdmx_request_test(&after_req, nullptr));  // done on return
+              taken.fetch_add(1);
+            });
+            while (!taker_ready.load()) {
+              std::this_thread::yield();
+            }
+            (void)go_beside_shared_side(rank, w, taker_go, taken, 1);
+            taker.join();
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, rdmx_request_test(&after_req, &st));
+            RDMX_CHECK_EQ(rank, st.length, kAfterLength);
+            RDMX_CHECK_EQ(rank, st.source, s.uids[0]);
+            for (std::size_t k = 0; k < kAfterLength; ++k) {
+              RDMX_CHECK_EQ(rank, after[k], pattern(8, 0, k));
+            }
           }
           std::vector<std::uint8_t> buf(64);
           rdmx_request_t req;
