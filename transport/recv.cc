@@ -717,21 +717,23 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
     return false;
   }
   const protocol::RecvSpec spec{.source = src, .tag = tag, .mask = mask};
+  const auto thread = static_cast<std::uint16_t>(ctx);
   MsgDesc* d = nullptr;
   {
     const std::lock_guard<ShortLock> match(match_mu_);
-    const protocol::UnexpectedMsg* u = matcher_.probe(spec);
-    if (u != nullptr && static_cast<const MsgDesc*>(u)->kind != protocol::MsgKind::kEager) {
-      return false;
-    }
-    init_recv(r, buffer, length, spec, callback, user_data, static_cast<std::uint16_t>(ctx));
-    if (u == nullptr) {
+    d = static_cast<MsgDesc*>(matcher_.probe(spec));  // the oldest that matches
+    if (d == nullptr) {
+      init_recv(r, buffer, length, spec, callback, user_data, thread);
       matcher_.post_unmatched(r->recv);
       activate(r);
       return true;
     }
-    d = static_cast<MsgDesc*>(matcher_.post_receive(r->recv));  // u: the first that matches
+    if (d->kind != protocol::MsgKind::kEager) {
+      return false;
+    }
+    (void)matcher_.remove_unexpected(*d);
   }
+  init_recv(r, buffer, length, spec, callback, user_data, thread);
   r->status.error = copy_out(r, *d->peer, d->tag, d->data, d->length);
   complete_shared(r);
   MsgDesc* head = shared_taken_.load(std::memory_order_relaxed);

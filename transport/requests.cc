@@ -8,7 +8,8 @@ Worker::Completions Worker::take_completions() {
   Completions c;
   c.head = done_head_;
   if (shared_done_.load(std::memory_order_relaxed) != nullptr) [[unlikely]] {
-    // Sends completed under the shared side, newest first: reversed, after the others.
+    // Sends and receives completed under the shared side, newest first: reversed, after the
+    // others (MPI orders matching, not completion callbacks).
     Request* pushed = shared_done_.exchange(nullptr, std::memory_order_acquire);
     Request* oldest = nullptr;
     while (pushed != nullptr) {

@@ -5,8 +5,9 @@
 // Lock order (transport/README.md, "Threads"). rdmx has one lock per worker, held only inside an
 // rdmx call: a host's own locks (the Open MPI MTL's list lock) come before it. An eager send that
 // leaves at once or joins an open batch holds its shared side, then its peer's post lock
-// (send_shared, send_request_shared, send.cc); a receive that nothing unexpected matches its
-// shared side and the matcher's lock (recv_shared, recv.cc). rdmx never calls the host with it
+// (send_shared, send_request_shared, send.cc); a receive that nothing or an unexpected standard
+// eager message matches, and a probe, its shared side and the matcher's lock (recv_shared,
+// probe_shared, recv.cc). rdmx never calls the host with it
 // held: request and peer-failure callbacks run after progress_any, wait or destroy released it
 // (take_completions under the lock, run_completions after). So a callback may take the host's
 // locks, and the host may hold them across rdmx calls that run no callbacks (posts, cancel,

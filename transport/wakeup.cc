@@ -41,6 +41,9 @@ std::uint64_t Worker::next_deadline_us() const noexcept {
 
 int Worker::arm() {
   const Locked held(*this);
+  if (shared_taken_.load(std::memory_order_relaxed) != nullptr) [[unlikely]] {
+    release_shared_taken();  // MULTI: their buffers and copies are not held through a sleep
+  }
   try {
     // Events of the last arming are read and acknowledged, which makes the fd quiet again. They
     // do not make the worker busy: the caller has progressed since it woke, and a completion it

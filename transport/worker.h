@@ -10,8 +10,8 @@
 // Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
 // context. MULTI takes the worker lock around every call (progress only if it is free; an eager
 // send that leaves at once or joins an open batch only its shared side and the peer's post lock,
-// send_shared and send_request_shared, and a
-// receive that nothing unexpected matches its shared side and match_mu_, recv_shared), runs
+// send_shared and send_request_shared, and a receive that nothing or an unexpected standard eager
+// message matches its shared side and match_mu_, recv_shared), runs
 // callbacks after releasing it, and gives each calling thread a send context (ThreadCtx: its send
 // descriptors and bounce buffers, its index in every wr_id it posts). Whichever thread polls a
 // send completion routes it by the wr_id's thread field to the context that posted it.
@@ -234,8 +234,9 @@ class Worker {
   int tag_send_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                      unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
   int tag_inject_multi(Peer& peer, const SendBytes& bytes, std::uint64_t tag, unsigned flags);
-  // rdmx_tag_recv in MULTI mode: a receive that nothing unexpected matches is posted under the
-  // shared side of the worker lock and match_mu_ (recv_shared); the rest under the lock.
+  // rdmx_tag_recv in MULTI mode: a receive that nothing or an unexpected standard eager message
+  // matches, under the shared side of the worker lock and match_mu_ (recv_shared); the rest
+  // under the lock.
   int tag_recv_multi(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
                      std::uint64_t mask, Request* request, rdmx_callback_t callback,
                      void* user_data);
@@ -243,8 +244,9 @@ class Worker {
                std::uint64_t mask, Request* request, rdmx_callback_t callback, void* user_data);
   int probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask, rdmx_status_t* status,
             rdmx_message_t** message);
-  // MULTI: probe without a message handle (MPI_Iprobe) under the shared side of lock_ (recv.cc),
-  // as it reads only what exclusive holders write. An mprobe takes a message out: the lock's.
+  // MULTI: probe without a message handle (MPI_Iprobe) under the shared side of lock_ and
+  // match_mu_ (recv.cc): the peers are the exclusive holders', the unexpected queue also
+  // recv_shared's. An mprobe takes a message out: the lock's.
   int probe_shared(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
                    rdmx_status_t* status);
   int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
@@ -374,11 +376,11 @@ class Worker {
   // under it.
   static constexpr int kNoContext = -1;
   int cached_ctx() const noexcept;
-  // The shared side of lock_ for send_shared and recv_shared: lock_shared_side takes it (a waiter
-  // counts in lock_wanted_), a SharedSide made right after releases it. Nothing is written to the
-  // caller's stack before the lock orders this thread after the last holder: that memory may
-  // have been a host's request that progress completed (pml cm's blocking one), which the host
-  // hands back through atomics of its own that ThreadSanitizer does not see.
+  // The shared side of lock_ for send_shared, recv_shared and probe_shared: lock_shared_side takes
+  // it (a waiter counts in lock_wanted_), a SharedSide made right after releases it. Nothing is
+  // written to the caller's stack before the lock orders this thread after the last holder: that
+  // memory may have been a host's request that progress completed (pml cm's blocking one), which
+  // the host hands back through atomics of its own that ThreadSanitizer does not see.
   void lock_shared_side() noexcept;
   class SharedSide {
    public:
@@ -851,9 +853,9 @@ class Worker {
   // Completed requests whose callbacks have not run (FIFO).
   Request* done_head_ = nullptr;
   Request* done_tail_ = nullptr;
-  // MULTI: sends with a callback completed under the shared side (send_request_shared), newest
-  // first. Shared holders push at once (compare-and-swap); take_completions, under the whole
-  // lock, takes them after done_head_'s.
+  // MULTI: sends and receives with a callback completed under the shared side
+  // (send_request_shared, recv_shared), newest first. Shared holders push at once
+  // (compare-and-swap); take_completions, under the whole lock, takes them after done_head_'s.
   std::atomic<Request*> shared_done_{nullptr};
   // MULTI: unexpected messages taken by a receive under the shared side (recv_shared), newest
   // first, linked by next_free; progress_any gives their buffers back under the whole lock, which
@@ -883,8 +885,9 @@ class Worker {
   // post_mu): the data QPs' send queues and WRs (ud_sq_, ud_wr_, ud_sge_), the timer list and
   // its deadline, and clock_.
   ShortLock ud_post_mu_;
-  // The matcher's posted receives and the active list, for receives posted under the shared side
-  // of lock_ (recv_shared); exclusive holders (progress's matching) need no more.
+  // The matcher (its posted receives and the taking and reading of unexpected messages) and the
+  // active list, for receives and probes under the shared side of lock_ (recv_shared,
+  // probe_shared); exclusive holders (progress's matching) need no more.
   ShortLock match_mu_;
   // Threads waiting for lock_ in a call that is not progress (lock_caller): while there are any,
   // progress_any leaves the lock to them (a poller that spins would otherwise take it back first

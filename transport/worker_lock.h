@@ -1,7 +1,8 @@
 // The worker lock of RDMX_THREAD_MODE_MULTI (threads.cc, transport/README.md "Threads"): a
 // readers-writer lock. Every call takes it exclusively (as a std::mutex: lock, try_lock, unlock),
 // except an eager send that leaves at once (or joins its peer's open batch), a receive that
-// nothing unexpected matches and a probe, which take it shared beside a narrower lock, so that
+// nothing or an unexpected standard eager message matches and a probe, which take it shared
+// beside a narrower lock, so that
 // threads posting to different peers do not wait for each other. Writers are preferred: a
 // call waiting for the whole worker is not starved by a stream of sends.
 #pragma once
@@ -37,8 +38,8 @@ class WorkerLock {
 };
 
 // The narrow locks beside the shared side (Peer::post_mu, Worker::ud_post_mu_, match_mu_): each
-// held around one post or one matcher insert, never across a call out of rdmx, and rarely
-// contended (threads on different peers take different ones). A std::mutex costs about 60
+// held around one post or one matcher insert, take or probe, never across a call out of rdmx, and
+// rarely contended (threads on different peers take different ones). A std::mutex costs about 60
 // instructions per lock and unlock there (glibc's checks and its futex-word protocol, callgrind
 // of osu_mbw_mt, stop 56); this is one compare-exchange and one exchange. A waiter spins on a read
 // for a while, then sleeps on the word (std::atomic::wait, a futex): the three-state lock of

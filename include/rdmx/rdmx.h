@@ -29,11 +29,13 @@
  *                                but an eager send that leaves at once or joins the peer's open
  *                                batch (a burst, rdmx_config_t.coalesce; with or without a
  *                                callback, which the next progress call runs) and a receive
- *                                that no unexpected message matches, which hold only their
- *                                peer's or the matcher's lock beside each other (the lock order:
- *                                transport/README.md, "Threads"); lets one thread poll at a
- *                                time (a progress call that finds another thread polling
- *                                returns 0 at once) and runs callbacks with no lock held.
+ *                                that nothing or an unexpected standard eager message matches
+ *                                (with a callback: run by the next progress call), which hold
+ *                                only their peer's or the matcher's lock beside each other
+ *                                (the lock order: transport/README.md, "Threads"); lets one
+ *                                thread poll at a time (a progress call that finds another
+ *                                thread polling returns 0 at once) and runs callbacks with no
+ *                                lock held.
  *                                Each thread that posts gets a send context of its own (send
  *                                descriptors and bounce buffers; its index is in every work
  *                                request's wr_id), up to rdmx_config_t.max_threads at once.

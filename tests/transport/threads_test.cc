@@ -107,6 +107,26 @@ rdmx_worker_t* lone_worker(Rank& rank, rdmx_thread_mode_t mode, std::uint32_t ma
   return w;
 }
 
+// A thread that makes its send context first (under the whole lock: a thread without one takes
+// it), waits for `go`, then runs `body`. Returns once the context is made.
+template <class Body>
+std::thread start_with_context(Rank& rank, rdmx_worker_t* w, const std::atomic<bool>& go,
+                               Body body) {
+  std::atomic<bool> ready{false};
+  std::thread t([&rank, w, &go, &ready, body] {
+    RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
+    ready = true;  // the last touch of `ready`, which dies when this returns
+    while (!go.load()) {
+      std::this_thread::yield();
+    }
+    body();
+  });
+  while (!ready.load()) {
+    std::this_thread::yield();
+  }
+  return t;
+}
+
 // Holds the shared side of w's lock, lets the other thread go and waits (20 s at most) until it
 // counted `want` calls that returned: calls that need no more than the shared side. The caller
 // checks more while it still holds the returned lock.
@@ -226,15 +246,8 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           for (std::size_t k = 0; k < after_buf.size(); ++k) {
             after_buf[k] = pattern(8, 0, k);
           }
-          std::atomic<bool> ready{false};
           std::atomic<bool> go{false};
-          std::thread poster([&] {
-            // Its context first (made under the whole lock): a thread without one takes the lock.
-            RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
-            ready = true;
-            while (!go.load()) {
-              std::this_thread::yield();
-            }
+          std::thread poster = start_with_context(rank, w, go, [&] {
             std::vector<std::uint8_t> buf(512);
             for (int i = 0; i < kEager; ++i) {
               const std::size_t n = kSizes[i % kSizes.size()];
@@ -256,9 +269,6 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], after_buf.data(), after_buf.size(),
                                               handoff_tag(8), 0, &after_req, nullptr, nullptr));
           });
-          while (!ready.load()) {
-            std::this_thread::yield();
-          }
           {
             const auto shared = go_beside_shared_side(rank, w, go, sent, kEager);
             const auto t0 = std::chrono::steady_clock::now();
@@ -282,24 +292,15 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           // matches them (no progress has run since quiesce), so they post at once.
           std::vector<std::vector<std::uint8_t>> bufs(kEager, std::vector<std::uint8_t>(512));
           std::vector<rdmx_request_t> reqs(kEager);
-          std::atomic<bool> ready{false};
           std::atomic<bool> go{false};
           std::atomic<int> posted{0};
-          std::thread receiver([&] {
-            RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
-            ready = true;
-            while (!go.load()) {
-              std::this_thread::yield();
-            }
+          std::thread receiver = start_with_context(rank, w, go, [&] {
             for (int i = 0; i < kEager; ++i) {
               RDMX_CHECK_OK(rank, rdmx_tag_recv(w, bufs[i].data(), bufs[i].size(), s.uids[0],
                                                 tag_of(7, i), kExact, &reqs[i], nullptr, nullptr));
               posted.fetch_add(1);
             }
           });
-          while (!ready.load()) {
-            std::this_thread::yield();
-          }
           (void)go_beside_shared_side(rank, w, go, posted, kEager);
           receiver.join();
           for (int i = 0; i < kEager; ++i) {
@@ -310,8 +311,8 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
               RDMX_CHECK_EQ(rank, bufs[i][k], pattern(7, i, k));
             }
           }
-          // A receive that an unexpected message matches waits for the whole lock: delivering it
-          // is the lock's.
+          // A receive that an unexpected synchronous message matches waits for the whole lock (its
+          // match-ack is progress's to post); probe for it first.
           const auto t0 = std::chrono::steady_clock::now();
           rdmx_status_t probed{};
           while (rdmx_tag_probe(w, s.uids[0], handoff_tag(7), kExact, &probed, nullptr) == 0 &&
@@ -319,8 +320,8 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             (void)rdmx_worker_progress(w);
           }
           RDMX_CHECK_EQ(rank, probed.length, 16u);
-          // A probe runs beside the shared side (it reads only what the whole lock writes); an
-          // mprobe, which takes the message out, would wait for the whole lock.
+          // A probe runs beside the shared side (under the matcher's lock); an mprobe, which takes
+          // the message out, would wait for the whole lock.
           {
             std::atomic<int> found{-1};
             std::thread prober;
@@ -349,24 +350,15 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           {
             std::vector<std::uint8_t> after(64);
             rdmx_request_t after_req;
-            std::atomic<bool> taker_ready{false};
             std::atomic<bool> taker_go{false};
             std::atomic<int> taken{0};
-            std::thread taker([&] {
-              RDMX_CHECK(rank, transport::debug::caller_send_context(w) >= 1);
-              taker_ready = true;
-              while (!taker_go.load()) {
-                std::this_thread::yield();
-              }
+            std::thread taker = start_with_context(rank, w, taker_go, [&] {
               RDMX_CHECK_OK(rank,
                             rdmx_tag_recv(w, after.data(), after.size(), s.uids[0], handoff_tag(8),
                                           kExact, &after_req, nullptr, nullptr));
               RDMX_CHECK_OK(rank, rdmx_request_test(&after_req, nullptr));  // done on return
               taken.fetch_add(1);
             });
-            while (!taker_ready.load()) {
-              std::this_thread::yield();
-            }
             (void)go_beside_shared_side(rank, w, taker_go, taken, 1);
             taker.join();
             rdmx_status_t st{};
@@ -380,14 +372,16 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           std::vector<std::uint8_t> buf(64);
           rdmx_request_t req;
           std::atomic<bool> sync_posted{false};
-          std::thread late;
+          // A thread with its own context (one without takes the lock whatever matches).
+          std::atomic<bool> late_go{false};
+          std::thread late = start_with_context(rank, w, late_go, [&] {
+            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0], handoff_tag(7),
+                                              kExact, &req, nullptr, nullptr));
+            sync_posted = true;
+          });
           {
             auto shared = transport::debug::hold_worker_lock_shared(w);
-            late = std::thread([&] {
-              RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0],
-                                                handoff_tag(7), kExact, &req, nullptr, nullptr));
-              sync_posted = true;
-            });
+            late_go = true;
             while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 40.0) {
               std::this_thread::yield();
             }
