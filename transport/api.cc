@@ -255,8 +255,8 @@ int rdmx_tag_probe(rdmx_worker_t* worker, uint64_t source, uint64_t tag, uint64_
   if (worker == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  if (worker->impl->multi() && message == nullptr) [[unlikely]] {
-    return worker->impl->probe_shared(source, tag, tag_mask, status);
+  if (worker->impl->multi()) [[unlikely]] {
+    return worker->impl->probe_shared(source, tag, tag_mask, status, message);
   }
   const Locked held(*worker->impl);
   if (held.error() != RDMX_OK) [[unlikely]] {
@@ -270,12 +270,13 @@ int rdmx_tag_msg_recv(rdmx_worker_t* worker, rdmx_message_t* message, void* buff
   if (worker == nullptr || message == nullptr || request == nullptr) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  const Locked held(*worker->impl);
-  if (held.error() != RDMX_OK) [[unlikely]] {
-    return held.error();
+  auto* const d = reinterpret_cast<rdmx::transport::MsgDesc*>(message);
+  Request* const r = rdmx::transport::to_request(request);
+  Worker& w = *worker->impl;
+  if (w.multi()) [[unlikely]] {
+    return w.msg_recv_multi(d, buffer, length, r, callback, user_data);
   }
-  return worker->impl->msg_recv(reinterpret_cast<rdmx::transport::MsgDesc*>(message), buffer,
-                                length, rdmx::transport::to_request(request), callback, user_data);
+  return w.msg_recv(d, buffer, length, r, callback, user_data);
 }
 
 int rdmx_request_test(const rdmx_request_t* request, rdmx_status_t* status) {
@@ -304,11 +305,11 @@ int rdmx_request_cancel(rdmx_worker_t* worker, rdmx_request_t* request) {
   if (worker == nullptr || !valid_request(request)) {
     return RDMX_ERR_INVALID_PARAM;
   }
-  const Locked held(*worker->impl);
-  if (held.error() != RDMX_OK) [[unlikely]] {
-    return held.error();
+  Request* const r = rdmx::transport::to_request(request);
+  if (worker->impl->multi()) [[unlikely]] {
+    return worker->impl->cancel_shared(r);
   }
-  return worker->impl->cancel(rdmx::transport::to_request(request));
+  return worker->impl->cancel(r);
 }
 
 int rdmx_tag_recv_fail_any_source(rdmx_worker_t* worker, uint64_t tag, uint64_t mask) {

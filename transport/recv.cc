@@ -734,6 +734,27 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
     (void)matcher_.remove_unexpected(*d);
   }
   init_recv(r, buffer, length, spec, callback, user_data, thread);
+  take_eager_shared(d, r);
+  return true;
+}
+
+bool Worker::msg_recv_shared(int ctx, MsgDesc* d, void* buffer, std::size_t length, Request* r,
+                             rdmx_callback_t callback, void* user_data) {
+  lock_shared_side();
+  const SharedSide shared(lock_);
+  // The mprobe took the message out of the matcher: it is this call's alone, and needs no
+  // match_mu_. The shared side keeps its peer (read for the status) in place.
+  if (d->kind != protocol::MsgKind::kEager) {
+    return false;
+  }
+  init_request(r, ReqType::kRecv, callback, user_data, static_cast<std::uint16_t>(ctx));
+  r->buffer = buffer;
+  r->capacity = length;
+  take_eager_shared(d, r);
+  return true;
+}
+
+void Worker::take_eager_shared(MsgDesc* d, Request* r) {
   r->status.error = copy_out(r, *d->peer, d->tag, d->data, d->length);
   complete_shared(r);
   MsgDesc* head = shared_taken_.load(std::memory_order_relaxed);
@@ -741,7 +762,6 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
     d->next_free = head;
   } while (!shared_taken_.compare_exchange_weak(head, d, std::memory_order_release,
                                                 std::memory_order_relaxed));
-  return true;
 }
 
 void Worker::release_shared_taken() {
@@ -793,13 +813,14 @@ int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
 }
 
 int Worker::probe_shared(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
-                         rdmx_status_t* status) {
+                         rdmx_status_t* status, rdmx_message_t** message) {
   lock_shared_side();
   const SharedSide shared(lock_);
   // The peers and their failure change only under the whole lock; the unexpected queue under it
-  // and, for shared holders, match_mu_ (recv_shared takes messages out of it).
+  // and, for shared holders, match_mu_ (recv_shared and mprobes take messages out of it). A
+  // message an mprobe takes is the caller's alone from then on, whatever its kind.
   const std::lock_guard<ShortLock> match(match_mu_);
-  return probe(source, tag, mask, status, nullptr);
+  return probe(source, tag, mask, status, message);
 }
 
 int Worker::msg_recv(MsgDesc* d, void* buffer, std::size_t length, Request* r,
@@ -825,6 +846,24 @@ int Worker::cancel(Request* r) {
     return RDMX_OK;
   }
   return RDMX_ERR_BUSY;
+}
+
+int Worker::cancel_shared(Request* r) {
+  lock_shared_side();
+  const SharedSide shared(lock_);
+  {
+    // A receive still in the matcher is matched only by progress (which the shared side keeps
+    // out) and cancelled only here: once out, it is this call's to complete.
+    const std::lock_guard<ShortLock> match(match_mu_);
+    if (r->type != ReqType::kRecv || state_of(r) != ReqState::kActive ||
+        !matcher_.cancel(r->recv)) {
+      return RDMX_ERR_BUSY;
+    }
+    deactivate(r);  // the active list: match_mu_'s among shared holders
+  }
+  r->status.error = RDMX_ERR_CANCELED;
+  complete_shared(r);
+  return RDMX_OK;
 }
 
 // The channel types' receive paths (channel.h), entered through ops_.

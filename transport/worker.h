@@ -10,11 +10,13 @@
 // Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
 // context. MULTI takes the worker lock around every call (progress only if it is free; an eager
 // send that leaves at once or joins an open batch only its shared side and the peer's post lock,
-// send_shared and send_request_shared, and a receive that nothing or an unexpected standard eager
-// message matches its shared side and match_mu_, recv_shared), runs
-// callbacks after releasing it, and gives each calling thread a send context (ThreadCtx: its send
-// descriptors and bounce buffers, its index in every wr_id it posts). Whichever thread polls a
-// send completion routes it by the wr_id's thread field to the context that posted it.
+// send_shared and send_request_shared; a receive that nothing or an unexpected standard eager
+// message matches, a probe, an mprobe and a cancel its shared side and match_mu_, recv_shared,
+// probe_shared and cancel_shared; the receive of an mprobed standard eager message its shared
+// side, msg_recv_shared), runs callbacks after releasing it, and gives each calling thread a send
+// context (ThreadCtx: its send descriptors and bounce buffers, its index in every wr_id it posts).
+// Whichever thread polls a send completion routes it by the wr_id's thread field to the context
+// that posted it.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -244,14 +246,22 @@ class Worker {
                std::uint64_t mask, Request* request, rdmx_callback_t callback, void* user_data);
   int probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask, rdmx_status_t* status,
             rdmx_message_t** message);
-  // MULTI: probe without a message handle (MPI_Iprobe) under the shared side of lock_ and
-  // match_mu_ (recv.cc): the peers are the exclusive holders', the unexpected queue also
-  // recv_shared's. An mprobe takes a message out: the lock's.
+  // MULTI: probe (MPI_Iprobe) and mprobe (MPI_Improbe, which takes the message out) under the
+  // shared side of lock_ and match_mu_ (recv.cc): the peers are the exclusive holders', the
+  // unexpected queue also recv_shared's.
   int probe_shared(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
-                   rdmx_status_t* status);
+                   rdmx_status_t* status, rdmx_message_t** message);
   int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                rdmx_callback_t callback, void* user_data);
+  // rdmx_tag_msg_recv in MULTI mode (threads.cc): a standard eager message under the shared side
+  // (msg_recv_shared), the rest under the lock.
+  int msg_recv_multi(MsgDesc* message, void* buffer, std::size_t length, Request* request,
+                     rdmx_callback_t callback, void* user_data);
   int cancel(Request* request);
+  // MULTI: cancel under the shared side of lock_ and match_mu_ (recv.cc): only a posted receive
+  // that nothing matched yet is cancelled, and only shared holders' receives and progress (an
+  // exclusive holder) take posted receives out of the matcher.
+  int cancel_shared(Request* request);
   // rdmx_tag_recv_fail_any_source: the posted wildcard-source receives whose tag agrees with
   // `tag` in `mask` complete with `code` (liveness.cc). Returns how many.
   std::size_t fail_any_source_recvs(std::uint64_t tag, std::uint64_t mask, int code);
@@ -410,6 +420,14 @@ class Worker {
   bool recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_t source,
                    std::uint64_t tag, std::uint64_t mask, Request* r, rdmx_callback_t callback,
                    void* user_data);
+  // rdmx_tag_msg_recv of a message an mprobe took out, for context `ctx` under the shared side of
+  // lock_ (recv.cc): a standard eager message is copied and completes (with a callback: on
+  // shared_done_) as in recv_shared; false with nothing done for any other kind.
+  bool msg_recv_shared(int ctx, MsgDesc* d, void* buffer, std::size_t length, Request* r,
+                       rdmx_callback_t callback, void* user_data);
+  // An eager message taken by a shared holder: its bytes into r (init_recv'd), r completed, its
+  // buffer onto shared_taken_.
+  void take_eager_shared(MsgDesc* d, Request* r);
   void release_shared_taken();  // shared_taken_'s buffers back, under the whole lock
   int enter_caller(bool own) noexcept;
   void add_thread_ctx(pid_t owner);
@@ -886,8 +904,8 @@ class Worker {
   // its deadline, and clock_.
   ShortLock ud_post_mu_;
   // The matcher (its posted receives and the taking and reading of unexpected messages) and the
-  // active list, for receives and probes under the shared side of lock_ (recv_shared,
-  // probe_shared); exclusive holders (progress's matching) need no more.
+  // active list, for receives, probes and cancels under the shared side of lock_ (recv_shared,
+  // probe_shared, cancel_shared); exclusive holders (progress's matching) need no more.
   ShortLock match_mu_;
   // Threads waiting for lock_ in a call that is not progress (lock_caller): while there are any,
   // progress_any leaves the lock to them (a poller that spins would otherwise take it back first

@@ -38,12 +38,12 @@ class WorkerLock {
 };
 
 // The narrow locks beside the shared side (Peer::post_mu, Worker::ud_post_mu_, match_mu_): each
-// held around one post or one matcher insert, take or probe, never across a call out of rdmx, and
-// rarely contended (threads on different peers take different ones). A std::mutex costs about 60
-// instructions per lock and unlock there (glibc's checks and its futex-word protocol, callgrind
-// of osu_mbw_mt, stop 56); this is one compare-exchange and one exchange. A waiter spins on a read
-// for a while, then sleeps on the word (std::atomic::wait, a futex): the three-state lock of
-// Drepper's "Futexes Are Tricky". Waiters that yielded in a loop instead (stop 57's first
+// held around one post or one matcher insert, take, probe or cancel, never across a call out of
+// rdmx, and rarely contended (threads on different peers take different ones). A std::mutex costs
+// about 60 instructions per lock and unlock there (glibc's checks and its futex-word protocol,
+// callgrind of osu_mbw_mt, stop 56); this is one compare-exchange and one exchange. A waiter spins
+// on a read for a while, then sleeps on the word (std::atomic::wait, a futex): the three-state lock
+// of Drepper's "Futexes Are Tricky". Waiters that yielded in a loop instead (stop 57's first
 // version) gave 0.84x std::mutex's 4-thread osu_mbw_mt rate on the 2-vCPU guest, where the holder
 // is often preempted: they kept taking the CPU it needed (this one: 0.93x, within the noise).
 class ShortLock {

@@ -28,9 +28,11 @@
  *   RDMX_THREAD_MODE_MULTI       any thread at any time. rdmx locks the worker around each call
  *                                but an eager send that leaves at once or joins the peer's open
  *                                batch (a burst, rdmx_config_t.coalesce; with or without a
- *                                callback, which the next progress call runs) and a receive
+ *                                callback, which the next progress call runs), a receive
  *                                that nothing or an unexpected standard eager message matches
- *                                (with a callback: run by the next progress call), which hold
+ *                                (with a callback: run by the next progress call; the same
+ *                                for rdmx_tag_msg_recv of such a message), probes and
+ *                                cancels, which hold
  *                                only their peer's or the matcher's lock beside each other
  *                                (the lock order: transport/README.md, "Threads"); lets one
  *                                thread poll at a time (a progress call that finds another

@@ -224,6 +224,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   const int kEager = transport == RDMX_TRANSPORT_UD ? 2 : 8;
   constexpr std::array<std::size_t, 4> kSizes = {8, 64, 200, 512};
   constexpr std::size_t kAfterLength = 40;
+  constexpr std::size_t kMprobedLength = 24;
   ASSERT_TRUE(run_ranks(
       2,
       [&](Rank& rank) {
@@ -246,6 +247,11 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           for (std::size_t k = 0; k < after_buf.size(); ++k) {
             after_buf[k] = pattern(8, 0, k);
           }
+          rdmx_request_t mprobed_req;
+          std::vector<std::uint8_t> mprobed_buf(kMprobedLength);
+          for (std::size_t k = 0; k < mprobed_buf.size(); ++k) {
+            mprobed_buf[k] = pattern(9, 0, k);
+          }
           std::atomic<bool> go{false};
           std::thread poster = start_with_context(rank, w, go, [&] {
             std::vector<std::uint8_t> buf(512);
@@ -265,9 +271,11 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
                           rdmx_tag_send(s.eps[1], sync_buf.data(), sync_buf.size(), handoff_tag(7),
                                         RDMX_SEND_SYNC, &sync_req, nullptr, nullptr));
             sync_posted = true;
-            // A standard one behind it, which the peer's receive takes unexpected.
+            // Standard ones behind it, which the peer's receive and mprobe take unexpected.
             RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], after_buf.data(), after_buf.size(),
                                               handoff_tag(8), 0, &after_req, nullptr, nullptr));
+            RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], mprobed_buf.data(), mprobed_buf.size(),
+                                              handoff_tag(9), 0, &mprobed_req, nullptr, nullptr));
           });
           {
             const auto shared = go_beside_shared_side(rank, w, go, sent, kEager);
@@ -287,6 +295,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           RDMX_CHECK(rank, sync_posted.load());
           RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
           RDMX_CHECK_OK(rank, wait_request(rank, w, &after_req, nullptr, "standard send"));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &mprobed_req, nullptr, "mprobed send"));
         } else {
           // The receives, posted while another thread holds the shared side: nothing unexpected
           // matches them (no progress has run since quiesce), so they post at once.
@@ -314,14 +323,17 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           // A receive that an unexpected synchronous message matches waits for the whole lock (its
           // match-ack is progress's to post); probe for it first.
           const auto t0 = std::chrono::steady_clock::now();
-          rdmx_status_t probed{};
-          while (rdmx_tag_probe(w, s.uids[0], handoff_tag(7), kExact, &probed, nullptr) == 0 &&
-                 seconds_since(t0) < 20.0) {
-            (void)rdmx_worker_progress(w);
-          }
-          RDMX_CHECK_EQ(rank, probed.length, 16u);
-          // A probe runs beside the shared side (under the matcher's lock); an mprobe, which takes
-          // the message out, would wait for the whole lock.
+          // Progress until the message of `tag` is unexpected here; its length.
+          const auto await_unexpected = [&](std::uint64_t tag) {
+            rdmx_status_t probed{};
+            while (rdmx_tag_probe(w, s.uids[0], tag, kExact, &probed, nullptr) == 0 &&
+                   seconds_since(t0) < 20.0) {
+              (void)rdmx_worker_progress(w);
+            }
+            return probed.length;
+          };
+          RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(7)), 16u);
+          // A probe runs beside the shared side (under the matcher's lock).
           {
             std::atomic<int> found{-1};
             std::thread prober;
@@ -342,11 +354,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           }
           // A receive that an unexpected standard message matches takes it beside the shared
           // side: done on return, with its bytes.
-          while (rdmx_tag_probe(w, s.uids[0], handoff_tag(8), kExact, &probed, nullptr) == 0 &&
-                 seconds_since(t0) < 20.0) {
-            (void)rdmx_worker_progress(w);
-          }
-          RDMX_CHECK_EQ(rank, probed.length, kAfterLength);
+          RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(8)), kAfterLength);
           {
             std::vector<std::uint8_t> after(64);
             rdmx_request_t after_req;
@@ -368,6 +376,58 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             for (std::size_t k = 0; k < kAfterLength; ++k) {
               RDMX_CHECK_EQ(rank, after[k], pattern(8, 0, k));
             }
+          }
+          // An mprobe takes a message out beside the shared side, and the receive of a standard
+          // one completes there too.
+          RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(9)), kMprobedLength);
+          {
+            std::vector<std::uint8_t> got(64);
+            rdmx_request_t got_req;
+            std::atomic<bool> mgo{false};
+            std::atomic<int> received{0};
+            std::thread mreceiver = start_with_context(rank, w, mgo, [&] {
+              rdmx_message_t* m = nullptr;
+              rdmx_status_t st{};
+              RDMX_CHECK_EQ(rank, rdmx_tag_probe(w, s.uids[0], handoff_tag(9), kExact, &st, &m), 1);
+              RDMX_CHECK_EQ(rank, st.length, kMprobedLength);
+              // Out of matching: not found again.
+              RDMX_CHECK_EQ(
+                  rank, rdmx_tag_probe(w, s.uids[0], handoff_tag(9), kExact, nullptr, nullptr), 0);
+              RDMX_CHECK_OK(rank, rdmx_tag_msg_recv(w, m, got.data(), got.size(), &got_req, nullptr,
+                                                    nullptr));
+              RDMX_CHECK_OK(rank, rdmx_request_test(&got_req, nullptr));  // done on return
+              received.fetch_add(1);
+            });
+            (void)go_beside_shared_side(rank, w, mgo, received, 1);
+            mreceiver.join();
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, rdmx_request_test(&got_req, &st));
+            RDMX_CHECK_EQ(rank, st.length, kMprobedLength);
+            RDMX_CHECK_EQ(rank, st.tag, handoff_tag(9));
+            for (std::size_t k = 0; k < kMprobedLength; ++k) {
+              RDMX_CHECK_EQ(rank, got[k], pattern(9, 0, k));
+            }
+          }
+          // A cancel of a posted receive, beside the shared side: done on return, and once only.
+          {
+            std::vector<std::uint8_t> never(8);
+            rdmx_request_t never_req;
+            RDMX_CHECK_OK(rank,
+                          rdmx_tag_recv(w, never.data(), never.size(), s.uids[0], handoff_tag(10),
+                                        kExact, &never_req, nullptr, nullptr));
+            std::atomic<bool> cgo{false};
+            std::atomic<int> cancelled{0};
+            std::thread canceller([&] {
+              while (!cgo.load()) {
+                std::this_thread::yield();
+              }
+              RDMX_CHECK_OK(rank, rdmx_request_cancel(w, &never_req));
+              RDMX_CHECK_EQ(rank, rdmx_request_test(&never_req, nullptr), RDMX_ERR_CANCELED);
+              RDMX_CHECK_EQ(rank, rdmx_request_cancel(w, &never_req), RDMX_ERR_BUSY);
+              cancelled.fetch_add(1);
+            });
+            (void)go_beside_shared_side(rank, w, cgo, cancelled, 1);
+            canceller.join();
           }
           std::vector<std::uint8_t> buf(64);
           rdmx_request_t req;
