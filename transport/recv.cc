@@ -703,8 +703,9 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
   // the posted receives, the active list, and the taking of an unexpected message (probes read
   // the queue under it too). An eager message taken here is this call's alone once out of the
   // matcher: its bytes are copied with match_mu_ released, and its buffer goes back to its pool
-  // (the exclusive holders') through shared_taken_. Any other kind (a rendezvous; an Ssend's,
-  // which wants a match-ack) is left to the locked path.
+  // (the exclusive holders') through shared_taken_. A synchronous one's match-ack is posted here
+  // too (take_eager_shared). A rendezvous (its clear-to-send is progress's) is left to the locked
+  // path.
   std::uint32_t src = protocol::kAnySource;
   if (source != RDMX_ANY_SOURCE) {
     const Peer* p = find_peer(source);
@@ -728,13 +729,13 @@ bool Worker::recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_
       activate(r);
       return true;
     }
-    if (d->kind != protocol::MsgKind::kEager) {
+    if (d->kind == protocol::MsgKind::kRts) {
       return false;
     }
     (void)matcher_.remove_unexpected(*d);
   }
   init_recv(r, buffer, length, spec, callback, user_data, thread);
-  take_eager_shared(d, r);
+  take_eager_shared(ctx, d, r);
   return true;
 }
 
@@ -743,19 +744,23 @@ bool Worker::msg_recv_shared(int ctx, MsgDesc* d, void* buffer, std::size_t leng
   lock_shared_side();
   const SharedSide shared(lock_);
   // The mprobe took the message out of the matcher: it is this call's alone, and needs no
-  // match_mu_. The shared side keeps its peer (read for the status) in place.
-  if (d->kind != protocol::MsgKind::kEager) {
+  // match_mu_. The shared side keeps its peer (read for the status) in place. queued() is read
+  // under it: the mprobe wrote it under match_mu_ in whichever thread probed.
+  if (d->queued() || d->kind == protocol::MsgKind::kRts) {
     return false;
   }
   init_request(r, ReqType::kRecv, callback, user_data, static_cast<std::uint16_t>(ctx));
   r->buffer = buffer;
   r->capacity = length;
-  take_eager_shared(d, r);
+  take_eager_shared(ctx, d, r);
   return true;
 }
 
-void Worker::take_eager_shared(MsgDesc* d, Request* r) {
+void Worker::take_eager_shared(int ctx, MsgDesc* d, Request* r) {
   r->status.error = copy_out(r, *d->peer, d->tag, d->data, d->length);
+  // As finish_recv: the match-ack before the receive completes.
+  d->ack_owed =
+      d->kind == protocol::MsgKind::kEagerSync && !post_match_ack_shared(ctx, *d->peer, d->aux);
   complete_shared(r);
   MsgDesc* head = shared_taken_.load(std::memory_order_relaxed);
   do {
@@ -768,6 +773,10 @@ void Worker::release_shared_taken() {
   MsgDesc* d = shared_taken_.exchange(nullptr, std::memory_order_acquire);
   while (d != nullptr) {
     MsgDesc* const next = d->next_free;
+    if (d->ack_owed) [[unlikely]] {
+      d->ack_owed = false;
+      send_match_ack(*d->peer, d->aux);  // posted now or queued for the flush
+    }
     release_message(d);
     d = next;
   }
@@ -852,8 +861,9 @@ int Worker::cancel_shared(Request* r) {
   lock_shared_side();
   const SharedSide shared(lock_);
   {
-    // A receive still in the matcher is matched only by progress (which the shared side keeps
-    // out) and cancelled only here: once out, it is this call's to complete.
+    // A receive still in the matcher is matched or failed only by exclusive holders (which the
+    // shared side keeps out), and among shared holders cancelled only here: once out, it is this
+    // call's to complete.
     const std::lock_guard<ShortLock> match(match_mu_);
     if (r->type != ReqType::kRecv || state_of(r) != ReqState::kActive ||
         !matcher_.cancel(r->recv)) {

@@ -377,6 +377,19 @@ int Worker::send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64
   return send_now(*threads_[static_cast<std::size_t>(ctx)].send, peer, bytes, tag, flags);
 }
 
+bool Worker::post_match_ack_shared(int ctx, Peer& peer, std::uint32_t cookie) {
+  const SharedPost post(*this, peer);
+  // send_match_ack's rule, under the peer's locks: pending_match_acks and the peer's state are
+  // the exclusive holders' (read here, never written).
+  if (peer.state == PeerState::kFailed) {
+    return true;
+  }
+  return peer.state == PeerState::kConnected && peer.pending_match_acks.empty() &&
+         post_message(*threads_[static_cast<std::size_t>(ctx)].send, peer,
+                      protocol::MsgKind::kMatchAck, 0, cookie, nullptr, 0, nullptr,
+                      0) == PostResult::kPosted;
+}
+
 bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::size_t length,
                                  std::uint64_t tag, unsigned flags, Request* r,
                                  rdmx_callback_t callback, void* user_data) {

@@ -5,14 +5,15 @@
 // Lock order (transport/README.md, "Threads"). rdmx has one lock per worker, held only inside an
 // rdmx call: a host's own locks (the Open MPI MTL's list lock) come before it. An eager send that
 // leaves at once or joins an open batch holds its shared side, then its peer's post lock
-// (send_shared, send_request_shared, send.cc); a receive that nothing or an unexpected standard
-// eager message matches, a probe or mprobe and a cancel, its shared side and the matcher's lock
-// (recv_shared, probe_shared, cancel_shared, recv.cc), as does the receive of a standard eager
-// message an mprobe took, without the matcher's (msg_recv_shared). rdmx never calls the host with
-// it held: request and peer-failure callbacks run after progress_any, wait or destroy released it
-// (take_completions under the lock, run_completions after). So a callback may take the host's
-// locks, and the host may hold them across rdmx calls that run no callbacks (posts, cancel,
-// probes), never across progress, poll, wait or destroy.
+// (send_shared, send_request_shared, send.cc); a receive that nothing or an unexpected eager
+// message matches, a probe or mprobe and a cancel, its shared side and the matcher's lock
+// (recv_shared, probe_shared, cancel_shared, recv.cc), as does the receive of an eager message
+// an mprobe took, without the matcher's (msg_recv_shared); a synchronous message's match-ack,
+// after the matcher's lock is let go, its peer's post lock (post_match_ack_shared). rdmx never
+// calls the host with it held: request and peer-failure callbacks run after progress_any, wait or
+// destroy released it (take_completions under the lock, run_completions after). So a callback may
+// take the host's locks, and the host may hold them across rdmx calls that run no callbacks (posts,
+// cancel, probes), never across progress, poll, wait or destroy.
 //
 // Send contexts. A thread's first call makes it a ThreadCtx (its send descriptors and bounce
 // buffers, send_descs_ descriptors); its index is the thread field of every wr_id it posts and of
@@ -244,7 +245,7 @@ int Worker::tag_recv_multi(void* buffer, std::size_t length, std::uint64_t sourc
 
 int Worker::msg_recv_multi(MsgDesc* d, void* buffer, std::size_t length, Request* r,
                            rdmx_callback_t callback, void* user_data) {
-  if (d != nullptr && r != nullptr && (buffer != nullptr || length == 0) && !d->queued()) {
+  if (d != nullptr && r != nullptr && (buffer != nullptr || length == 0)) {
     if (const int ctx = cached_ctx();
         ctx != kNoContext && msg_recv_shared(ctx, d, buffer, length, r, callback, user_data))
         [[likely]] {

@@ -10,13 +10,13 @@
 // Threads (rdmx.h, "Threads"; threads.cc): SINGLE and SERIALIZED take no lock and have one send
 // context. MULTI takes the worker lock around every call (progress only if it is free; an eager
 // send that leaves at once or joins an open batch only its shared side and the peer's post lock,
-// send_shared and send_request_shared; a receive that nothing or an unexpected standard eager
-// message matches, a probe, an mprobe and a cancel its shared side and match_mu_, recv_shared,
-// probe_shared and cancel_shared; the receive of an mprobed standard eager message its shared
-// side, msg_recv_shared), runs callbacks after releasing it, and gives each calling thread a send
-// context (ThreadCtx: its send descriptors and bounce buffers, its index in every wr_id it posts).
-// Whichever thread polls a send completion routes it by the wr_id's thread field to the context
-// that posted it.
+// send_shared and send_request_shared; a receive that nothing or an unexpected eager message
+// matches, a probe, an mprobe and a cancel its shared side and match_mu_, recv_shared,
+// probe_shared and cancel_shared; the receive of an mprobed eager message its shared side,
+// msg_recv_shared; a synchronous one's match-ack the peer's post lock too), runs callbacks after
+// releasing it, and gives each calling thread a send context (ThreadCtx: its send descriptors and
+// bounce buffers, its index in every wr_id it posts). Whichever thread polls a send completion
+// routes it by the wr_id's thread field to the context that posted it.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -159,6 +159,9 @@ struct MsgDesc : protocol::UnexpectedMsg {
   std::uint32_t buf = 0;
   std::byte* heap = nullptr;
   MsgDesc* next_free = nullptr;
+  // MULTI: a kEagerSync taken under the shared side whose match-ack could not be posted there;
+  // release_shared_taken sends it.
+  bool ack_owed = false;
 };
 
 struct SyncSlot {
@@ -236,9 +239,9 @@ class Worker {
   int tag_send_multi(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                      unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
   int tag_inject_multi(Peer& peer, const SendBytes& bytes, std::uint64_t tag, unsigned flags);
-  // rdmx_tag_recv in MULTI mode: a receive that nothing or an unexpected standard eager message
-  // matches, under the shared side of the worker lock and match_mu_ (recv_shared); the rest
-  // under the lock.
+  // rdmx_tag_recv in MULTI mode: a receive that nothing or an unexpected eager message (standard
+  // or synchronous) matches, under the shared side of the worker lock and match_mu_ (recv_shared);
+  // the rest under the lock.
   int tag_recv_multi(void* buffer, std::size_t length, std::uint64_t source, std::uint64_t tag,
                      std::uint64_t mask, Request* request, rdmx_callback_t callback,
                      void* user_data);
@@ -253,14 +256,15 @@ class Worker {
                    rdmx_status_t* status, rdmx_message_t** message);
   int msg_recv(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                rdmx_callback_t callback, void* user_data);
-  // rdmx_tag_msg_recv in MULTI mode (threads.cc): a standard eager message under the shared side
-  // (msg_recv_shared), the rest under the lock.
+  // rdmx_tag_msg_recv in MULTI mode (threads.cc): an eager message under the shared side
+  // (msg_recv_shared), a rendezvous under the lock.
   int msg_recv_multi(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                      rdmx_callback_t callback, void* user_data);
   int cancel(Request* request);
   // MULTI: cancel under the shared side of lock_ and match_mu_ (recv.cc): only a posted receive
-  // that nothing matched yet is cancelled, and only shared holders' receives and progress (an
-  // exclusive holder) take posted receives out of the matcher.
+  // that nothing matched yet is cancelled. Among shared holders only cancels take posted
+  // receives out of the matcher (receives only insert them); progress, failures and destroy,
+  // which also do, are exclusive holders.
   int cancel_shared(Request* request);
   // rdmx_tag_recv_fail_any_source: the posted wildcard-source receives whose tag agrees with
   // `tag` in `mask` complete with `code` (liveness.cc). Returns how many.
@@ -386,7 +390,8 @@ class Worker {
   // under it.
   static constexpr int kNoContext = -1;
   int cached_ctx() const noexcept;
-  // The shared side of lock_ for send_shared, recv_shared and probe_shared: lock_shared_side takes
+  // The shared side of lock_ for the *_shared calls (sends, receives, probes, cancels):
+  // lock_shared_side takes
   // it (a waiter counts in lock_wanted_), a SharedSide made right after releases it. Nothing is
   // written to the caller's stack before the lock orders this thread after the last holder: that
   // memory may have been a host's request that progress completed (pml cm's blocking one), which
@@ -416,19 +421,26 @@ class Worker {
   // tag_recv for context `ctx` under the shared side of lock_ and match_mu_ (recv.cc): a receive
   // that nothing unexpected matches is posted; one that an unexpected eager message matches takes
   // it and completes (with a callback: on shared_done_). true, done so; false with nothing done
-  // (another kind matches, the source is new or gone: the caller takes the lock).
+  // (a rendezvous matches, the source is new or gone: the caller takes the lock).
   bool recv_shared(int ctx, void* buffer, std::size_t length, std::uint64_t source,
                    std::uint64_t tag, std::uint64_t mask, Request* r, rdmx_callback_t callback,
                    void* user_data);
   // rdmx_tag_msg_recv of a message an mprobe took out, for context `ctx` under the shared side of
-  // lock_ (recv.cc): a standard eager message is copied and completes (with a callback: on
-  // shared_done_) as in recv_shared; false with nothing done for any other kind.
+  // lock_ (recv.cc): an eager message is copied and completes (with a callback: on shared_done_)
+  // as in recv_shared; false with nothing done for a rendezvous (or a message still queued, which
+  // the locked path refuses).
   bool msg_recv_shared(int ctx, MsgDesc* d, void* buffer, std::size_t length, Request* r,
                        rdmx_callback_t callback, void* user_data);
-  // An eager message taken by a shared holder: its bytes into r (init_recv'd), r completed, its
-  // buffer onto shared_taken_.
-  void take_eager_shared(MsgDesc* d, Request* r);
-  void release_shared_taken();  // shared_taken_'s buffers back, under the whole lock
+  // An eager message (standard or synchronous) taken by context `ctx` under the shared side: its
+  // bytes into r (init_recv'd), a synchronous one's match-ack posted (post_match_ack_shared), r
+  // completed, its buffer onto shared_taken_.
+  void take_eager_shared(int ctx, MsgDesc* d, Request* r);
+  // send_match_ack under the shared side and the peer's locks (send.cc): true if posted or not
+  // wanted (the peer failed); false if it must wait for an exclusive holder (not connected, acks
+  // queued before it, no credits or queue room), which then queues it as send_match_ack does.
+  bool post_match_ack_shared(int ctx, Peer& peer, std::uint32_t cookie);
+  // shared_taken_'s buffers back and its owed match-acks sent, under the whole lock.
+  void release_shared_taken();
   int enter_caller(bool own) noexcept;
   void add_thread_ctx(pid_t owner);
   static std::uint64_t next_serial() noexcept;
@@ -871,13 +883,15 @@ class Worker {
   // Completed requests whose callbacks have not run (FIFO).
   Request* done_head_ = nullptr;
   Request* done_tail_ = nullptr;
-  // MULTI: sends and receives with a callback completed under the shared side
-  // (send_request_shared, recv_shared), newest first. Shared holders push at once
-  // (compare-and-swap); take_completions, under the whole lock, takes them after done_head_'s.
+  // MULTI: sends, receives and cancels with a callback completed under the shared side
+  // (send_request_shared, recv_shared, msg_recv_shared, cancel_shared), newest first. Shared
+  // holders push at once (compare-and-swap); take_completions, under the whole lock, takes them
+  // after done_head_'s.
   std::atomic<Request*> shared_done_{nullptr};
-  // MULTI: unexpected messages taken by a receive under the shared side (recv_shared), newest
-  // first, linked by next_free; progress_any gives their buffers back under the whole lock, which
-  // owns the pools and the descriptor list (release_shared_taken).
+  // MULTI: unexpected messages taken by a receive under the shared side (recv_shared,
+  // msg_recv_shared), newest first, linked by next_free; progress_any, arm and destroy give their
+  // buffers back (and send their owed match-acks) under the whole lock, which owns the pools and
+  // the descriptor list (release_shared_taken).
   std::atomic<MsgDesc*> shared_taken_{nullptr};
   std::vector<Peer*> flush_list_;
   std::vector<Peer*> ud_timer_list_;

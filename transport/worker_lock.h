@@ -1,8 +1,8 @@
 // The worker lock of RDMX_THREAD_MODE_MULTI (threads.cc, transport/README.md "Threads"): a
 // readers-writer lock. Every call takes it exclusively (as a std::mutex: lock, try_lock, unlock),
 // except an eager send that leaves at once (or joins its peer's open batch), a receive that
-// nothing or an unexpected standard eager message matches and a probe, which take it shared
-// beside a narrower lock, so that
+// nothing or an unexpected eager message matches, a probe or mprobe, the receive of an mprobed
+// eager message and a cancel, which take it shared (most beside a narrower lock), so that
 // threads posting to different peers do not wait for each other. Writers are preferred: a
 // call waiting for the whole worker is not starved by a stream of sends.
 #pragma once

@@ -29,12 +29,12 @@
  *                                but an eager send that leaves at once or joins the peer's open
  *                                batch (a burst, rdmx_config_t.coalesce; with or without a
  *                                callback, which the next progress call runs), a receive
- *                                that nothing or an unexpected standard eager message matches
- *                                (with a callback: run by the next progress call; the same
- *                                for rdmx_tag_msg_recv of such a message), probes and
- *                                cancels, which hold
- *                                only their peer's or the matcher's lock beside each other
- *                                (the lock order: transport/README.md, "Threads"); lets one
+ *                                that nothing or an unexpected eager message matches (with
+ *                                a callback: run by the next progress call; the same for
+ *                                rdmx_tag_msg_recv of such a message), probes and cancels,
+ *                                which hold at most their peer's or the matcher's lock beside
+ *                                each other (the lock order: transport/README.md,
+ *                                "Threads"); lets one
  *                                thread poll at a time (a progress call that finds another
  *                                thread polling returns 0 at once) and runs callbacks with no
  *                                lock held.

@@ -213,9 +213,10 @@ TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
 
 // An eager send that leaves at once takes only the shared side of the worker lock (and its
 // peer's and UD's post locks), and so do a receive that nothing unexpected or an unexpected
-// standard eager message matches (with the matcher's lock) and a probe: they go through while
-// another thread holds that side, where progress and every other call wait. A synchronous send,
-// and a receive that an unexpected synchronous message matches, take the whole lock.
+// eager message matches (a synchronous one's match-ack posted there too), a probe, an mprobe
+// and the receive of the message it took, and a cancel: they go through while another thread
+// holds that side, where progress and every other call wait. A synchronous send, and a receive
+// that an unexpected rendezvous matches, take the whole lock.
 TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   RDMX_REQUIRE_DEVICE();
   const rdmx_transport_t transport = GetParam();
@@ -225,6 +226,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   constexpr std::array<std::size_t, 4> kSizes = {8, 64, 200, 512};
   constexpr std::size_t kAfterLength = 40;
   constexpr std::size_t kMprobedLength = 24;
+  constexpr std::size_t kRndvLength = 70000;
   ASSERT_TRUE(run_ranks(
       2,
       [&](Rank& rank) {
@@ -252,6 +254,11 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           for (std::size_t k = 0; k < mprobed_buf.size(); ++k) {
             mprobed_buf[k] = pattern(9, 0, k);
           }
+          rdmx_request_t rndv_req;
+          std::vector<std::uint8_t> rndv_buf(kRndvLength);
+          for (std::size_t k = 0; k < rndv_buf.size(); ++k) {
+            rndv_buf[k] = pattern(11, 0, k);
+          }
           std::atomic<bool> go{false};
           std::thread poster = start_with_context(rank, w, go, [&] {
             std::vector<std::uint8_t> buf(512);
@@ -276,6 +283,9 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
                                               handoff_tag(8), 0, &after_req, nullptr, nullptr));
             RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], mprobed_buf.data(), mprobed_buf.size(),
                                               handoff_tag(9), 0, &mprobed_req, nullptr, nullptr));
+            // And a rendezvous one, whose receive waits for the whole lock.
+            RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], rndv_buf.data(), rndv_buf.size(),
+                                              handoff_tag(11), 0, &rndv_req, nullptr, nullptr));
           });
           {
             const auto shared = go_beside_shared_side(rank, w, go, sent, kEager);
@@ -293,9 +303,21 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           }
           poster.join();
           RDMX_CHECK(rank, sync_posted.load());
-          RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
+          // Its match-ack comes while the peer holds the shared side: posted by the receive.
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send",
+                                           std::chrono::seconds(60)));
+          rank.barrier();
+          // Sent after the peer cancelled the receive of its tag: unexpected there.
+          const std::uint64_t after_cancel = 0x0123456789abcdef;
+          rdmx_request_t after_cancel_req;
+          RDMX_CHECK_OK(
+              rank, rdmx_tag_send(s.eps[1], &after_cancel, sizeof(after_cancel), handoff_tag(10), 0,
+                                  &after_cancel_req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank,
+                        wait_request(rank, w, &after_cancel_req, nullptr, "send after the cancel"));
           RDMX_CHECK_OK(rank, wait_request(rank, w, &after_req, nullptr, "standard send"));
           RDMX_CHECK_OK(rank, wait_request(rank, w, &mprobed_req, nullptr, "mprobed send"));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &rndv_req, nullptr, "rendezvous send"));
         } else {
           // The receives, posted while another thread holds the shared side: nothing unexpected
           // matches them (no progress has run since quiesce), so they post at once.
@@ -320,18 +342,12 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
               RDMX_CHECK_EQ(rank, bufs[i][k], pattern(7, i, k));
             }
           }
-          // A receive that an unexpected synchronous message matches waits for the whole lock (its
-          // match-ack is progress's to post); probe for it first.
-          const auto t0 = std::chrono::steady_clock::now();
           // Progress until the message of `tag` is unexpected here; its length.
           const auto await_unexpected = [&](std::uint64_t tag) {
-            rdmx_status_t probed{};
-            while (rdmx_tag_probe(w, s.uids[0], tag, kExact, &probed, nullptr) == 0 &&
-                   seconds_since(t0) < 20.0) {
-              (void)rdmx_worker_progress(w);
-            }
-            return probed.length;
+            return probe_until(rank, s, s.uids[0], tag, kExact, std::chrono::seconds(20), nullptr)
+                .length;
           };
+          // The synchronous message, received last.
           RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(7)), 16u);
           // A probe runs beside the shared side (under the matcher's lock).
           {
@@ -429,30 +445,73 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             (void)go_beside_shared_side(rank, w, cgo, cancelled, 1);
             canceller.join();
           }
-          std::vector<std::uint8_t> buf(64);
-          rdmx_request_t req;
-          std::atomic<bool> sync_posted{false};
-          // A thread with its own context (one without takes the lock whatever matches).
+          // A receive that an unexpected synchronous message matches takes it beside the shared
+          // side too, and posts its match-ack there: the sender's synchronous send completes
+          // while the shared side is still held (no progress here).
+          {
+            std::vector<std::uint8_t> buf(64);
+            rdmx_request_t req;
+            std::atomic<bool> sgo{false};
+            std::atomic<int> received{0};
+            std::thread sync_receiver = start_with_context(rank, w, sgo, [&] {
+              RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0],
+                                                handoff_tag(7), kExact, &req, nullptr, nullptr));
+              RDMX_CHECK_OK(rank, rdmx_request_test(&req, nullptr));  // done on return
+              received.fetch_add(1);
+            });
+            {
+              const auto shared = go_beside_shared_side(rank, w, sgo, received, 1);
+              rank.barrier();  // the sender saw its synchronous send complete
+            }
+            sync_receiver.join();
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, rdmx_request_test(&req, &st));
+            RDMX_CHECK_EQ(rank, st.length, 16u);
+            for (std::size_t k = 0; k < 16; ++k) {
+              RDMX_CHECK_EQ(rank, buf[k], 0x5a);
+            }
+          }
+          // The cancelled receive left the matcher: the message of its tag is unexpected.
+          RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(10)), 8u);
+          {
+            std::uint64_t got = 0;
+            rdmx_request_t req;
+            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &got, sizeof(got), s.uids[0], handoff_tag(10),
+                                              kExact, &req, nullptr, nullptr));
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "receive after the cancel"));
+            RDMX_CHECK_EQ(rank, got, 0x0123456789abcdefu);
+          }
+          // A receive that an unexpected rendezvous matches waits for the whole lock (its
+          // clear-to-send is progress's to post).
+          RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(11)), kRndvLength);
+          std::vector<std::uint8_t> rbuf(kRndvLength);
+          rdmx_request_t rreq;
+          std::atomic<bool> rndv_posted{false};
           std::atomic<bool> late_go{false};
           std::thread late = start_with_context(rank, w, late_go, [&] {
-            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[0], handoff_tag(7),
-                                              kExact, &req, nullptr, nullptr));
-            sync_posted = true;
+            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, rbuf.data(), rbuf.size(), s.uids[0],
+                                              handoff_tag(11), kExact, &rreq, nullptr, nullptr));
+            rndv_posted = true;
           });
           {
             auto shared = transport::debug::hold_worker_lock_shared(w);
             late_go = true;
-            while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 40.0) {
+            const auto t1 = std::chrono::steady_clock::now();
+            while (transport::debug::lock_waiters(w) == 0 && seconds_since(t1) < 20.0) {
               std::this_thread::yield();
             }
             RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
-            RDMX_CHECK(rank, !sync_posted.load());
+            RDMX_CHECK(rank, !rndv_posted.load());
           }
           late.join();
           rdmx_status_t st{};
-          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "synchronous receive"));
-          RDMX_CHECK_EQ(rank, st.length, 16u);
-          RDMX_CHECK_EQ(rank, buf[15], 0x5a);
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &rreq, &st, "rendezvous receive"));
+          RDMX_CHECK_EQ(rank, st.length, kRndvLength);
+          for (std::size_t k = 0; k < kRndvLength; ++k) {
+            if (rbuf[k] != pattern(11, 0, k)) {
+              rank.fail(__FILE__, __LINE__, "rendezvous byte " + std::to_string(k) + " differs");
+            }
+          }
         }
         quiesce(rank, s);
         close_session(rank, s);
