@@ -59,9 +59,10 @@ enum class PeerState : std::uint8_t { kIdle, kConnecting, kConnected, kFailed };
 std::string_view to_string(PeerState state) noexcept;
 
 struct Peer {
-  // MULTI mode: held by an eager send that leaves or joins the batch under the shared side of the
-  // worker lock (Worker::send_shared, send_request_shared, send.cc) around the peer's send state
-  // and its posts. Every other path holds the worker lock exclusively and needs no more.
+  // MULTI mode: held by an eager send that leaves or joins the batch, and by a receive's
+  // match-ack, under the shared side of the worker lock (Worker::send_shared,
+  // send_request_shared, post_match_ack_shared, send.cc) around the peer's send state and its
+  // posts. Every other path holds the worker lock exclusively and needs no more.
   ShortLock post_mu;
   std::uint32_t index = kNoIndex;  // ours: the matcher's source id, and the src_ep peers use
   std::uint64_t uid = 0;

@@ -745,7 +745,8 @@ bool Worker::msg_recv_shared(int ctx, MsgDesc* d, void* buffer, std::size_t leng
   const SharedSide shared(lock_);
   // The mprobe took the message out of the matcher: it is this call's alone, and needs no
   // match_mu_. The shared side keeps its peer (read for the status) in place. queued() is read
-  // under it: the mprobe wrote it under match_mu_ in whichever thread probed.
+  // here, not before the lock, after the rule of lock_shared_side (worker.h); the mprobe's write
+  // of it reaches this thread through the caller's hand-over of the message.
   if (d->queued() || d->kind == protocol::MsgKind::kRts) {
     return false;
   }

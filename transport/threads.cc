@@ -344,7 +344,7 @@ void Worker::destroy(Worker* w) {
     Completions done;
     {
       std::lock_guard<WorkerLock> held(w->lock_);
-      w->tx_ = &w->threads_[0];  // failing requests posts nothing
+      w->tx_ = &w->threads_[0];  // what is posted now (owed match-acks) goes through context 0
       w->failed_early_ += w->fail_active();
       w->release_shared_taken();
       done = w->take_completions();

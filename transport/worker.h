@@ -437,7 +437,8 @@ class Worker {
   void take_eager_shared(int ctx, MsgDesc* d, Request* r);
   // send_match_ack under the shared side and the peer's locks (send.cc): true if posted or not
   // wanted (the peer failed); false if it must wait for an exclusive holder (not connected, acks
-  // queued before it, no credits or queue room), which then queues it as send_match_ack does.
+  // queued before it, no credits or queue room, a failed post), which then sends or queues it as
+  // send_match_ack does.
   bool post_match_ack_shared(int ctx, Peer& peer, std::uint32_t cookie);
   // shared_taken_'s buffers back and its owed match-acks sent, under the whole lock.
   void release_shared_taken();
@@ -913,9 +914,9 @@ class Worker {
   // thread's cached context names it); threads inside rdmx_request_wait, which destroy lets go.
   bool multi_ = false;
   WorkerLock lock_;
-  // UD's shared send state, for eager sends under the shared side of lock_ (after the peer's
-  // post_mu): the data QPs' send queues and WRs (ud_sq_, ud_wr_, ud_sge_), the timer list and
-  // its deadline, and clock_.
+  // UD's shared send state, for eager sends and match-acks under the shared side of lock_ (after
+  // the peer's post_mu): the data QPs' send queues and WRs (ud_sq_, ud_wr_, ud_sge_), the timer
+  // list and its deadline, and clock_.
   ShortLock ud_post_mu_;
   // The matcher (its posted receives and the taking and reading of unexpected messages) and the
   // active list, for receives, probes and cancels under the shared side of lock_ (recv_shared,
