@@ -850,8 +850,12 @@ int Worker::msg_recv(MsgDesc* d, void* buffer, std::size_t length, Request* r,
   return RDMX_OK;
 }
 
+inline bool Worker::unpost_recv(Request* r) {
+  return r->type == ReqType::kRecv && state_of(r) == ReqState::kActive && matcher_.cancel(r->recv);
+}
+
 int Worker::cancel(Request* r) {
-  if (r->type == ReqType::kRecv && state_of(r) == ReqState::kActive && matcher_.cancel(r->recv)) {
+  if (unpost_recv(r)) {
     complete(r, RDMX_ERR_CANCELED);
     return RDMX_OK;
   }
@@ -866,8 +870,7 @@ int Worker::cancel_shared(Request* r) {
     // shared side keeps out), and among shared holders cancelled only here: once out, it is this
     // call's to complete.
     const std::lock_guard<ShortLock> match(match_mu_);
-    if (r->type != ReqType::kRecv || state_of(r) != ReqState::kActive ||
-        !matcher_.cancel(r->recv)) {
+    if (!unpost_recv(r)) {
       return RDMX_ERR_BUSY;
     }
     deactivate(r);  // the active list: match_mu_'s among shared holders

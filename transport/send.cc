@@ -238,17 +238,20 @@ void Worker::flush_listed_peers() {
   flush_list_.resize(keep);
 }
 
-void Worker::send_match_ack(Peer& peer, std::uint32_t cookie) {
+bool Worker::try_match_ack(eager::SendPool& pool, Peer& peer, std::uint32_t cookie) {
   if (peer.state == PeerState::kFailed) {
-    return;
+    return true;  // nobody to tell
   }
-  if (peer.state == PeerState::kConnected && peer.pending_match_acks.empty() &&
-      post_message(peer, protocol::MsgKind::kMatchAck, 0, cookie, nullptr, 0) ==
-          PostResult::kPosted) {
-    return;
+  return peer.state == PeerState::kConnected && peer.pending_match_acks.empty() &&
+         post_message(pool, peer, protocol::MsgKind::kMatchAck, 0, cookie, nullptr, 0, nullptr,
+                      0) == PostResult::kPosted;
+}
+
+void Worker::send_match_ack(Peer& peer, std::uint32_t cookie) {
+  if (!try_match_ack(*tx_->send, peer, cookie)) {
+    peer.pending_match_acks.push_back(cookie);
+    list_for_flush(peer);
   }
-  peer.pending_match_acks.push_back(cookie);
-  list_for_flush(peer);
 }
 
 void Worker::fail_pending(Peer& peer, int code) {
@@ -378,16 +381,10 @@ int Worker::send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64
 }
 
 bool Worker::post_match_ack_shared(int ctx, Peer& peer, std::uint32_t cookie) {
+  // try_match_ack reads pending_match_acks and the peer's state, the exclusive holders' (never
+  // written here), and posts under the peer's locks.
   const SharedPost post(*this, peer);
-  // send_match_ack's rule, under the peer's locks: pending_match_acks and the peer's state are
-  // the exclusive holders' (read here, never written).
-  if (peer.state == PeerState::kFailed) {
-    return true;
-  }
-  return peer.state == PeerState::kConnected && peer.pending_match_acks.empty() &&
-         post_message(*threads_[static_cast<std::size_t>(ctx)].send, peer,
-                      protocol::MsgKind::kMatchAck, 0, cookie, nullptr, 0, nullptr,
-                      0) == PostResult::kPosted;
+  return try_match_ack(*threads_[static_cast<std::size_t>(ctx)].send, peer, cookie);
 }
 
 bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::size_t length,

@@ -261,6 +261,9 @@ class Worker {
   int msg_recv_multi(MsgDesc* message, void* buffer, std::size_t length, Request* request,
                      rdmx_callback_t callback, void* user_data);
   int cancel(Request* request);
+  // A receive that is still posted (nothing matched it yet) taken out of the matcher: true. The
+  // rule of cancel and cancel_shared.
+  bool unpost_recv(Request* r);
   // MULTI: cancel under the shared side of lock_ and match_mu_ (recv.cc): only a posted receive
   // that nothing matched yet is cancelled. Among shared holders only cancels take posted
   // receives out of the matcher (receives only insert them); progress, failures and destroy,
@@ -391,11 +394,11 @@ class Worker {
   static constexpr int kNoContext = -1;
   int cached_ctx() const noexcept;
   // The shared side of lock_ for the *_shared calls (sends, receives, probes, cancels):
-  // lock_shared_side takes
-  // it (a waiter counts in lock_wanted_), a SharedSide made right after releases it. Nothing is
-  // written to the caller's stack before the lock orders this thread after the last holder: that
-  // memory may have been a host's request that progress completed (pml cm's blocking one), which
-  // the host hands back through atomics of its own that ThreadSanitizer does not see.
+  // lock_shared_side takes it (a waiter counts in lock_wanted_), a SharedSide made right after
+  // releases it. Nothing is written to the caller's stack before the lock orders this thread
+  // after the last holder: that memory may have been a host's request that progress completed
+  // (pml cm's blocking one), which the host hands back through atomics of its own that
+  // ThreadSanitizer does not see.
   void lock_shared_side() noexcept;
   class SharedSide {
    public:
@@ -435,10 +438,9 @@ class Worker {
   // bytes into r (init_recv'd), a synchronous one's match-ack posted (post_match_ack_shared), r
   // completed, its buffer onto shared_taken_.
   void take_eager_shared(int ctx, MsgDesc* d, Request* r);
-  // send_match_ack under the shared side and the peer's locks (send.cc): true if posted or not
-  // wanted (the peer failed); false if it must wait for an exclusive holder (not connected, acks
-  // queued before it, no credits or queue room, a failed post), which then sends or queues it as
-  // send_match_ack does.
+  // try_match_ack under the shared side and the peer's locks (send.cc): false if the ack must
+  // wait for an exclusive holder (not connected, acks queued before it, no credits or queue room,
+  // a failed post), which then sends or queues it with send_match_ack.
   bool post_match_ack_shared(int ctx, Peer& peer, std::uint32_t cookie);
   // shared_taken_'s buffers back and its owed match-acks sent, under the whole lock.
   void release_shared_taken();
@@ -589,6 +591,10 @@ class Worker {
   void flush_peer(Peer& peer);
   void flush_listed_peers();
   void list_for_flush(Peer& peer);
+  // A synchronous message's match-ack: posted now from `pool` (or nothing to send: the peer
+  // failed), true; false if it must queue (not connected, acks queued before it, no room).
+  bool try_match_ack(eager::SendPool& pool, Peer& peer, std::uint32_t cookie);
+  // try_match_ack from the caller's context, else queued on the peer for the flush.
   void send_match_ack(Peer& peer, std::uint32_t cookie);
   // `acks_now`: every owed ack goes out, due or not (arming: a sleeper has nothing to carry it).
   void run_ud_timers(std::uint64_t now_us, bool acks_now = false);

@@ -347,6 +347,19 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             return probe_until(rank, s, s.uids[0], tag, kExact, std::chrono::seconds(20), nullptr)
                 .length;
           };
+          // A receive done beside the shared side: its status, and the bytes of the standard
+          // message handoff_tag(t) that rank 0 sent.
+          const auto check_taken = [&](rdmx_request_t* req, const std::vector<std::uint8_t>& bytes,
+                                       std::size_t length, int t) {
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, rdmx_request_test(req, &st));
+            RDMX_CHECK_EQ(rank, st.length, length);
+            RDMX_CHECK_EQ(rank, st.source, s.uids[0]);
+            RDMX_CHECK_EQ(rank, st.tag, handoff_tag(t));
+            for (std::size_t k = 0; k < length; ++k) {
+              RDMX_CHECK_EQ(rank, bytes[k], pattern(t, 0, k));
+            }
+          };
           // The synchronous message, received last.
           RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(7)), 16u);
           // A probe runs beside the shared side (under the matcher's lock).
@@ -385,13 +398,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             });
             (void)go_beside_shared_side(rank, w, taker_go, taken, 1);
             taker.join();
-            rdmx_status_t st{};
-            RDMX_CHECK_OK(rank, rdmx_request_test(&after_req, &st));
-            RDMX_CHECK_EQ(rank, st.length, kAfterLength);
-            RDMX_CHECK_EQ(rank, st.source, s.uids[0]);
-            for (std::size_t k = 0; k < kAfterLength; ++k) {
-              RDMX_CHECK_EQ(rank, after[k], pattern(8, 0, k));
-            }
+            check_taken(&after_req, after, kAfterLength, 8);
           }
           // An mprobe takes a message out beside the shared side, and the receive of a standard
           // one completes there too.
@@ -416,13 +423,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             });
             (void)go_beside_shared_side(rank, w, mgo, received, 1);
             mreceiver.join();
-            rdmx_status_t st{};
-            RDMX_CHECK_OK(rank, rdmx_request_test(&got_req, &st));
-            RDMX_CHECK_EQ(rank, st.length, kMprobedLength);
-            RDMX_CHECK_EQ(rank, st.tag, handoff_tag(9));
-            for (std::size_t k = 0; k < kMprobedLength; ++k) {
-              RDMX_CHECK_EQ(rank, got[k], pattern(9, 0, k));
-            }
+            check_taken(&got_req, got, kMprobedLength, 9);
           }
           // A cancel of a posted receive, beside the shared side: done on return, and once only.
           {
