@@ -91,6 +91,10 @@ std::unique_lock<WorkerLock> hold_worker_lock(rdmx_worker_t* worker);
 std::shared_lock<WorkerLock> hold_worker_lock_shared(rdmx_worker_t* worker);
 int lock_waiters(const rdmx_worker_t* worker);
 std::uint64_t progress_deferrals(const rdmx_worker_t* worker);
+// Thread mode multi: the synchronous messages received beside the shared side whose match-ack
+// found no room then (no credits, a full UD window) and waits for the next holder of the whole
+// lock. Call it holding the shared side (hold_worker_lock_shared), which keeps that list still.
+int owed_match_acks(const rdmx_worker_t* worker);
 
 // UD mode: sends a whole message as the peer will read it (header included) to the peer's
 // small-class UD QP from this worker's own, so the peer takes it as coming from us. For tests of

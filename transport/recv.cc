@@ -783,6 +783,16 @@ void Worker::release_shared_taken() {
   }
 }
 
+int Worker::owed_match_acks() const noexcept {
+  // Only the whole lock's holder unlinks or reuses these descriptors (release_shared_taken).
+  int n = 0;
+  for (const MsgDesc* d = shared_taken_.load(std::memory_order_acquire); d != nullptr;
+       d = d->next_free) {
+    n += d->ack_owed ? 1 : 0;
+  }
+  return n;
+}
+
 int Worker::probe(std::uint64_t source, std::uint64_t tag, std::uint64_t mask,
                   rdmx_status_t* status, rdmx_message_t** message) {
   std::uint32_t src = protocol::kAnySource;

@@ -319,6 +319,10 @@ std::uint64_t progress_deferrals(const rdmx_worker_t* worker) {
   return worker->impl->progress_deferrals();
 }
 
+int owed_match_acks(const rdmx_worker_t* worker) {
+  return worker->impl->owed_match_acks();
+}
+
 std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class) {
   const Worker::Locked held(*worker->impl);  // MULTI: as any C call
   return worker->impl->srq_posted(size_class);

@@ -328,13 +328,14 @@ class Worker {
   // rdmx_worker_destroy in MULTI mode: fails every request, lets waiting threads leave, deletes.
   static void destroy(Worker* w);
   // debug::caller_send_context, debug::send_context_counts, debug::hold_worker_lock,
-  // debug::lock_waiters, debug::progress_deferrals.
+  // debug::lock_waiters, debug::progress_deferrals, debug::owed_match_acks.
   int caller_send_context();
   WorkerLock& lock_for_test() noexcept { return lock_; }
   int lock_waiters() const noexcept { return lock_wanted_.load(std::memory_order_relaxed); }
   std::uint64_t progress_deferrals() const noexcept {
     return progress_deferred_.load(std::memory_order_relaxed);
   }
+  int owed_match_acks() const noexcept;
   std::vector<debug::SendContextCounts> send_context_counts();
   void stats(rdmx_stats_t* out) const;
   WrAccount wqp_account() const;

@@ -1,7 +1,8 @@
 // Thread mode multi (rdmx.h, "Threads"; transport/threads.cc): each thread posts through its own
 // send context, whose index is in the wr_id and routes the completions back to it whichever
 // thread polls them; waits from a thread other than the poster; the bound on threads and the
-// reuse of an exited thread's context; destroy while threads wait.
+// reuse of an exited thread's context; destroy while threads wait; the calls that need only the
+// shared side of the worker lock, and the match-ack such a receive owes when it finds no room.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -144,6 +145,33 @@ std::shared_lock<transport::WorkerLock> go_beside_shared_side(Rank& rank, rdmx_w
   return shared;
 }
 
+// A multi-mode session whose set-up messages are all acknowledged (UD's window empty), so that
+// the window's room counts from here; both ranks leave together.
+Session open_settled(Rank& rank, rdmx_transport_t transport) {
+  Session s = open_session(rank, device_for(rank.rank(), false), transport, multi);
+  quiesce(rank, s);
+  const auto settle = std::chrono::steady_clock::now();
+  while (seconds_since(settle) < 0.3) {
+    (void)rdmx_worker_progress(s.worker);
+  }
+  rank.barrier();
+  return s;
+}
+
+// A receive on rank 1 done beside the shared side: its status, and the bytes of the message
+// handoff_tag(t) (pattern t) that rank 0 sent.
+void check_handoff(Rank& rank, const Session& s, const rdmx_request_t* req,
+                   const std::vector<std::uint8_t>& bytes, std::size_t length, int t) {
+  rdmx_status_t st{};
+  RDMX_CHECK_OK(rank, rdmx_request_test(req, &st));
+  RDMX_CHECK_EQ(rank, st.length, length);
+  RDMX_CHECK_EQ(rank, st.source, s.uids[0]);
+  RDMX_CHECK_EQ(rank, st.tag, handoff_tag(t));
+  for (std::size_t k = 0; k < length; ++k) {
+    RDMX_CHECK_EQ(rank, bytes[k], pattern(t, 0, k));
+  }
+}
+
 class ThreadsTest : public ::testing::TestWithParam<rdmx_transport_t> {};
 
 TEST_P(ThreadsTest, EachThreadPostsThroughItsOwnContext) {
@@ -230,15 +258,8 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
   ASSERT_TRUE(run_ranks(
       2,
       [&](Rank& rank) {
-        Session s = open_session(rank, device_for(rank.rank(), false), transport, multi);
-        quiesce(rank, s);
+        Session s = open_settled(rank, transport);
         rdmx_worker_t* const w = s.worker;
-        // Every message so far acknowledged (UD's window empty) before the window counts.
-        const auto settle = std::chrono::steady_clock::now();
-        while (seconds_since(settle) < 0.3) {
-          (void)rdmx_worker_progress(w);
-        }
-        rank.barrier();
         if (rank.rank() == 0) {
           std::atomic<int> sent{0};
           std::atomic<bool> sync_posted{false};
@@ -347,19 +368,6 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             return probe_until(rank, s, s.uids[0], tag, kExact, std::chrono::seconds(20), nullptr)
                 .length;
           };
-          // A receive done beside the shared side: its status, and the bytes of the standard
-          // message handoff_tag(t) that rank 0 sent.
-          const auto check_taken = [&](rdmx_request_t* req, const std::vector<std::uint8_t>& bytes,
-                                       std::size_t length, int t) {
-            rdmx_status_t st{};
-            RDMX_CHECK_OK(rank, rdmx_request_test(req, &st));
-            RDMX_CHECK_EQ(rank, st.length, length);
-            RDMX_CHECK_EQ(rank, st.source, s.uids[0]);
-            RDMX_CHECK_EQ(rank, st.tag, handoff_tag(t));
-            for (std::size_t k = 0; k < length; ++k) {
-              RDMX_CHECK_EQ(rank, bytes[k], pattern(t, 0, k));
-            }
-          };
           // The synchronous message, received last.
           RDMX_CHECK_EQ(rank, await_unexpected(handoff_tag(7)), 16u);
           // A probe runs beside the shared side (under the matcher's lock).
@@ -398,7 +406,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             });
             (void)go_beside_shared_side(rank, w, taker_go, taken, 1);
             taker.join();
-            check_taken(&after_req, after, kAfterLength, 8);
+            check_handoff(rank, s, &after_req, after, kAfterLength, 8);
           }
           // An mprobe takes a message out beside the shared side, and the receive of a standard
           // one completes there too.
@@ -423,7 +431,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             });
             (void)go_beside_shared_side(rank, w, mgo, received, 1);
             mreceiver.join();
-            check_taken(&got_req, got, kMprobedLength, 9);
+            check_handoff(rank, s, &got_req, got, kMprobedLength, 9);
           }
           // A cancel of a posted receive, beside the shared side: done on return, and once only.
           {
@@ -512,6 +520,145 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
             if (rbuf[k] != pattern(11, 0, k)) {
               rank.fail(__FILE__, __LINE__, "rendezvous byte " + std::to_string(k) + " differs");
             }
+          }
+        }
+        quiesce(rank, s);
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(120)}));
+}
+
+// The match-ack of a synchronous message received beside the shared side: posted there when it
+// can leave (here after an mprobe, by its mrecv), and owed to the next holder of the whole lock
+// when it cannot: the receiver has used up its RC credits (or UD window) to the sender, which does
+// not progress meanwhile. Either way the sender's synchronous send completes, and the owed ack
+// leaves before the sends queued ahead of it.
+TEST_P(ThreadsTest, AMatchAckWithNoRoomBesideTheSharedSideIsOwedToTheWholeLock) {
+  RDMX_REQUIRE_DEVICE();
+  const rdmx_transport_t transport = GetParam();
+  constexpr int kMaxFlood =
+      4096;  // 8-byte sends, far past RC's credits (64 at most) or UD's window
+  constexpr std::uint64_t kFlood = std::uint64_t{0xfe} << 32;
+  constexpr std::uint64_t kFloodMask = ~std::uint64_t{0xffffffff};
+  constexpr std::uint64_t kFloodEnd = kFlood | 0xffffffff;  // carries the count
+  constexpr std::size_t kLength = 16;
+  const auto flood_value = [](int i) { return 0x1000000000000000u + std::uint64_t(i) * 977; };
+  ASSERT_TRUE(run_ranks(
+      2,
+      [&](Rank& rank) {
+        Session s = open_settled(rank, transport);
+        rdmx_worker_t* const w = s.worker;
+        if (rank.rank() == 0) {
+          std::vector<std::uint8_t> mprobed(kLength);
+          std::vector<std::uint8_t> owed(kLength);
+          for (std::size_t k = 0; k < kLength; ++k) {
+            mprobed[k] = pattern(12, 0, k);
+            owed[k] = pattern(13, 0, k);
+          }
+          rdmx_request_t mprobed_req;
+          RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], mprobed.data(), kLength, handoff_tag(12),
+                                            RDMX_SEND_SYNC, &mprobed_req, nullptr, nullptr));
+          // Its match-ack comes while the peer holds the shared side: posted by the mrecv.
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &mprobed_req, nullptr,
+                                           "mprobed synchronous send", std::chrono::seconds(60)));
+          rank.barrier();
+          rdmx_request_t owed_req;
+          RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], owed.data(), kLength, handoff_tag(13),
+                                            RDMX_SEND_SYNC, &owed_req, nullptr, nullptr));
+          rank.barrier();  // the peer has it unexpected
+          // No progress here while the peer uses up its credits to us and receives it.
+          rank.barrier();
+          // The peer's flood, in order, then its end with the count.
+          for (int i = 0;; ++i) {
+            std::uint64_t v = 0;
+            rdmx_request_t req;
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, &v, sizeof(v), s.uids[1], kFlood, kFloodMask, &req,
+                                              nullptr, nullptr));
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "flood receive"));
+            if (st.tag == kFloodEnd) {
+              RDMX_CHECK_EQ(rank, v, static_cast<std::uint64_t>(i));
+              break;
+            }
+            RDMX_CHECK_EQ(rank, st.tag, kFlood | static_cast<std::uint32_t>(i));
+            RDMX_CHECK_EQ(rank, v, flood_value(i));
+          }
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &owed_req, nullptr,
+                                           "synchronous send whose match-ack was owed",
+                                           std::chrono::seconds(60)));
+        } else {
+          // The mprobe and mrecv of a synchronous message beside the shared side: the mrecv
+          // posts the match-ack, and the sender's send completes before the side is let go.
+          rdmx_message_t* m = nullptr;
+          (void)probe_until(rank, s, s.uids[0], handoff_tag(12), kExact, std::chrono::seconds(20),
+                            &m);
+          std::vector<std::uint8_t> got(64);
+          rdmx_request_t got_req;
+          {
+            std::atomic<bool> go{false};
+            std::atomic<int> received{0};
+            std::thread mreceiver = start_with_context(rank, w, go, [&] {
+              RDMX_CHECK_OK(rank, rdmx_tag_msg_recv(w, m, got.data(), got.size(), &got_req, nullptr,
+                                                    nullptr));
+              RDMX_CHECK_OK(rank, rdmx_request_test(&got_req, nullptr));  // done on return
+              received.fetch_add(1);
+            });
+            {
+              const auto shared = go_beside_shared_side(rank, w, go, received, 1);
+              RDMX_CHECK_EQ(rank, transport::debug::owed_match_acks(w), 0);
+              rank.barrier();  // the sender saw its synchronous send complete
+            }
+            mreceiver.join();
+            check_handoff(rank, s, &got_req, got, kLength, 12);
+          }
+          (void)probe_until(rank, s, s.uids[0], handoff_tag(13), kExact, std::chrono::seconds(20),
+                            nullptr);
+          rank.barrier();
+          // Sends to the peer, which does not progress, until one must wait: no credits (RC) or
+          // no room in the window (UD) for the match-ack either.
+          std::vector<rdmx_request_t> flood(kMaxFlood + 1);
+          std::vector<std::uint64_t> values(kMaxFlood + 1);
+          int n = 0;
+          bool waits = false;
+          while (!waits && n < kMaxFlood) {
+            values[n] = flood_value(n);
+            RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[0], &values[n], sizeof(std::uint64_t),
+                                              kFlood | static_cast<std::uint32_t>(n), 0, &flood[n],
+                                              nullptr, nullptr));
+            waits = rdmx_request_test(&flood[n], nullptr) == RDMX_INPROGRESS;
+            ++n;
+          }
+          RDMX_CHECK(rank, waits);
+          values[n] = static_cast<std::uint64_t>(n);
+          RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[0], &values[n], sizeof(std::uint64_t), kFloodEnd,
+                                            0, &flood[n], nullptr, nullptr));
+          // The receive takes the message beside the shared side, done on return; its ack is owed.
+          got.assign(64, 0);
+          {
+            std::atomic<bool> go{false};
+            std::atomic<int> received{0};
+            std::thread receiver = start_with_context(rank, w, go, [&] {
+              RDMX_CHECK_OK(
+                  rank, rdmx_tag_recv(w, got.data(), got.size(), s.uids[0], handoff_tag(13), kExact,
+                                      &got_req, nullptr, nullptr));
+              RDMX_CHECK_OK(rank, rdmx_request_test(&got_req, nullptr));
+              received.fetch_add(1);
+            });
+            {
+              const auto shared = go_beside_shared_side(rank, w, go, received, 1);
+              RDMX_CHECK_EQ(rank, transport::debug::owed_match_acks(w), 1);
+            }
+            receiver.join();
+            check_handoff(rank, s, &got_req, got, kLength, 13);
+          }
+          rank.barrier();
+          // Progress sends the ack (first), then the flood as credits come back.
+          for (int i = 0; i <= n; ++i) {
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &flood[i], nullptr, "flood send"));
+          }
+          {
+            const auto shared = transport::debug::hold_worker_lock_shared(w);
+            RDMX_CHECK_EQ(rank, transport::debug::owed_match_acks(w), 0);
           }
         }
         quiesce(rank, s);
