@@ -92,8 +92,10 @@ std::shared_lock<WorkerLock> hold_worker_lock_shared(rdmx_worker_t* worker);
 int lock_waiters(const rdmx_worker_t* worker);
 std::uint64_t progress_deferrals(const rdmx_worker_t* worker);
 // Thread mode multi: the synchronous messages received beside the shared side whose match-ack
-// found no room then (no credits, a full UD window) and waits for the next holder of the whole
-// lock. Call it holding the shared side (hold_worker_lock_shared), which keeps that list still.
+// could not leave then (e.g. no RC credits, a full UD window) and waits for the next progress
+// call, arming or destroy (release_shared_taken). Call it holding the shared side
+// (hold_worker_lock_shared): no descriptor is then unlinked or reused under the count. It takes
+// no lock itself, since taking the shared side again while a writer waits would deadlock.
 int owed_match_acks(const rdmx_worker_t* worker);
 
 // UD mode: sends a whole message as the peer will read it (header included) to the peer's
