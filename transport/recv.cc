@@ -785,8 +785,9 @@ void Worker::release_shared_taken() {
 
 int Worker::owed_match_acks() const noexcept {
   // The caller holds a side of the lock, and only the whole lock's holder unlinks or reuses these
-  // descriptors (release_shared_taken). The acquire pairs with every push's release exchange
-  // (earlier pushes through the release sequence): ack_owed and next_free are written before.
+  // descriptors (release_shared_taken). The acquire pairs with every push's release
+  // compare-exchange (earlier pushes through the release sequence): ack_owed and next_free are
+  // written before.
   int n = 0;
   for (const MsgDesc* d = shared_taken_.load(std::memory_order_acquire); d != nullptr;
        d = d->next_free) {
