@@ -97,6 +97,12 @@ std::uint64_t progress_deferrals(const rdmx_worker_t* worker);
 // (hold_worker_lock_shared): no descriptor is then unlinked or reused under the count. It takes
 // no lock itself, since taking the shared side again while a writer waits would deadlock.
 int owed_match_acks(const rdmx_worker_t* worker);
+// Thread mode multi: the post lock of the peer with this uid (which must exist: found under the
+// worker lock, and peers live as long as the worker) and the matcher's lock, for tests that hold
+// one while another thread's send or receive waits for it (ShortLock::waits, the mt_*_lock_waits
+// counters).
+ShortLock& post_lock(rdmx_worker_t* worker, std::uint64_t peer_uid);
+ShortLock& match_lock(rdmx_worker_t* worker);
 
 // UD mode: sends a whole message as the peer will read it (header included) to the peer's
 // small-class UD QP from this worker's own, so the peer takes it as coming from us. For tests of

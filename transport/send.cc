@@ -377,7 +377,10 @@ int Worker::send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64
   lock_shared_side();
   const SharedSide shared(lock_);
   const SharedPost post(*this, peer);
-  return send_now(*threads_[static_cast<std::size_t>(ctx)].send, peer, bytes, tag, flags);
+  ThreadCtx& tc = threads_[static_cast<std::size_t>(ctx)];
+  const int rc = send_now(*tc.send, peer, bytes, tag, flags);
+  tc.shared_sends += rc != RDMX_ERR_NO_RESOURCE ? 1 : 0;  // else the caller takes the whole lock
+  return rc;
 }
 
 bool Worker::post_match_ack_shared(int ctx, Peer& peer, std::uint32_t cookie) {
@@ -408,6 +411,7 @@ bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::s
     rc = RDMX_OK;
   }
   const auto thread = static_cast<std::uint16_t>(ctx);
+  ++threads_[static_cast<std::size_t>(ctx)].shared_sends;
   if (callback == nullptr) {
     init_done_send(r, length, tag, flags, rc, thread);
     return true;

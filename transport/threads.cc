@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -92,10 +93,12 @@ std::uint64_t Worker::next_serial() noexcept {
 
 int Worker::lock_caller(bool own) noexcept {
   if (!lock_.try_lock()) {
+    stat_mt_lock_waits_.fetch_add(1, std::memory_order_relaxed);
     lock_wanted_.fetch_add(1, std::memory_order_relaxed);
     lock_.lock();
     lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
   }
+  ++stat_mt_whole_takes_;
   const int rc = enter_caller(own);
   if (rc != RDMX_OK) [[unlikely]] {
     lock_.unlock();
@@ -185,6 +188,7 @@ int Worker::cached_ctx() const noexcept {
 
 void Worker::lock_shared_side() noexcept {
   if (!lock_.try_lock_shared()) {
+    stat_mt_lock_waits_.fetch_add(1, std::memory_order_relaxed);
     lock_wanted_.fetch_add(1, std::memory_order_relaxed);
     lock_.lock_shared();
     lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
@@ -206,6 +210,7 @@ int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, s
   if (held.error() != RDMX_OK) [[unlikely]] {
     return held.error();
   }
+  ++stat_mt_locked_sends_;
   return tag_send(peer, buffer, length, tag, flags, r, callback, user_data);
 }
 
@@ -223,6 +228,7 @@ int Worker::tag_inject_multi(Peer& peer, const SendBytes& bytes, std::uint64_t t
   if (held.error() != RDMX_OK) [[unlikely]] {
     return held.error();
   }
+  ++stat_mt_locked_sends_;
   return tag_inject(peer, bytes, tag, flags);
 }
 
@@ -318,6 +324,8 @@ int Worker::progress_any() {
     return 0;  // another thread polls: its callbacks deliver what it finds
   }
   (void)enter_caller(/*own=*/false);  // never fails without `own`
+  ++stat_mt_whole_takes_;
+  ++stat_mt_progress_takes_;
   if (shared_taken_.load(std::memory_order_relaxed) != nullptr) {
     release_shared_taken();
   }
@@ -362,6 +370,17 @@ void Worker::destroy(Worker* w) {
 int Worker::caller_send_context() {
   const Locked held(*this, /*own=*/true);
   return held.error() == RDMX_OK ? tx_->index : held.error();
+}
+
+ShortLock& Worker::post_lock_for_test(std::uint64_t peer_uid) {
+  const Locked held(*this);
+  Peer* p = find_peer(peer_uid);
+  if (p == nullptr) {
+    std::fprintf(stderr, "rdmx: debug::post_lock: no peer %016llx\n",
+                 static_cast<unsigned long long>(peer_uid));
+    std::abort();
+  }
+  return p->post_mu;
 }
 
 std::vector<debug::SendContextCounts> Worker::send_context_counts() {

@@ -128,6 +128,18 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.spin_polls = stat_spin_polls_;
   s.ring_peers = ring_peers_.size();
   s.send_contexts = threads_.size();
+  for (const ThreadCtx& tc : threads_) {
+    s.mt_shared_sends += tc.shared_sends;
+  }
+  s.mt_locked_sends = stat_mt_locked_sends_;
+  s.mt_progress_takes = stat_mt_progress_takes_;
+  s.mt_whole_takes = stat_mt_whole_takes_;
+  s.mt_lock_waits = stat_mt_lock_waits_.load(std::memory_order_relaxed);
+  s.mt_post_lock_waits = ud_post_mu_.waits();
+  for (const auto& p : peers_) {
+    s.mt_post_lock_waits += p->post_mu.waits();
+  }
+  s.mt_match_lock_waits = match_mu_.waits();
   s.ring_mem_bytes = ring_slab_ ? ring_slab_->registered_bytes() : 0;
   *out = s;
 }
@@ -321,6 +333,14 @@ std::uint64_t progress_deferrals(const rdmx_worker_t* worker) {
 
 int owed_match_acks(const rdmx_worker_t* worker) {
   return worker->impl->owed_match_acks();
+}
+
+ShortLock& post_lock(rdmx_worker_t* worker, std::uint64_t peer_uid) {
+  return worker->impl->post_lock_for_test(peer_uid);
+}
+
+ShortLock& match_lock(rdmx_worker_t* worker) {
+  return worker->impl->match_lock_for_test();
 }
 
 std::uint32_t srq_posted(const rdmx_worker_t* worker, int size_class) {

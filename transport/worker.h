@@ -174,6 +174,10 @@ struct ThreadCtx {
   std::uint16_t index = 0;
   pid_t owner = 0;           // MULTI: the thread (gettid) it serves
   std::uint64_t routed = 0;  // send completions routed here by their wr_id (tests)
+  // MULTI: sends of its thread under the shared side (mt_shared_sends), written by that thread
+  // only and read under the whole lock; on a line of its own, so that two threads sending at once
+  // do not pass a line between them.
+  alignas(64) std::uint64_t shared_sends = 0;
   std::unique_ptr<eager::SendPool> send;
   std::vector<SyncSlot> sync;
   std::vector<std::uint32_t> sync_free;
@@ -328,9 +332,12 @@ class Worker {
   // rdmx_worker_destroy in MULTI mode: fails every request, lets waiting threads leave, deletes.
   static void destroy(Worker* w);
   // debug::caller_send_context, debug::send_context_counts, debug::hold_worker_lock,
-  // debug::lock_waiters, debug::progress_deferrals, debug::owed_match_acks.
+  // debug::lock_waiters, debug::progress_deferrals, debug::owed_match_acks, debug::post_lock,
+  // debug::match_lock.
   int caller_send_context();
   WorkerLock& lock_for_test() noexcept { return lock_; }
+  ShortLock& post_lock_for_test(std::uint64_t peer_uid);
+  ShortLock& match_lock_for_test() noexcept { return match_mu_; }
   int lock_waiters() const noexcept { return lock_wanted_.load(std::memory_order_relaxed); }
   std::uint64_t progress_deferrals() const noexcept {
     return progress_deferred_.load(std::memory_order_relaxed);
@@ -988,6 +995,12 @@ class Worker {
   std::uint64_t stat_idle_yields_ = 0;
   std::atomic<std::uint64_t> stat_idle_yields_mt_{0};  // MULTI: counted outside the lock
   std::uint64_t stat_spin_polls_ = 0;
+  // MULTI (threads.cc): counted under the whole lock (mt_locked_sends, mt_progress_takes,
+  // mt_whole_takes); mt_lock_waits by the waiter, beside lock_wanted_.
+  std::uint64_t stat_mt_locked_sends_ = 0;
+  std::uint64_t stat_mt_progress_takes_ = 0;
+  std::uint64_t stat_mt_whole_takes_ = 0;
+  std::atomic<std::uint64_t> stat_mt_lock_waits_{0};
 };
 
 // --- requests: every send and receive passes through these, so they are inline.

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstdint>
 
 namespace rdmx::transport {
 
@@ -66,6 +67,9 @@ class ShortLock {
       state_.notify_one();
     }
   }
+  // Takes that found it held and waited (the mt_*_lock_waits counters): counted on the slow path
+  // only, so an uncontended take pays nothing for it.
+  std::uint64_t waits() const noexcept { return waits_.load(std::memory_order_relaxed); }
 
  private:
   static constexpr int kFree = 0;
@@ -74,6 +78,7 @@ class ShortLock {
   static constexpr int kSpins = 64;     // reads before sleeping: a post takes ~1 us
 
   void wait() noexcept {
+    waits_.fetch_add(1, std::memory_order_relaxed);
     for (int i = 0; i < kSpins; ++i) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
@@ -94,6 +99,7 @@ class ShortLock {
   }
 
   std::atomic<int> state_{kFree};
+  std::atomic<std::uint64_t> waits_{0};
 };
 
 }  // namespace rdmx::transport

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -767,6 +768,152 @@ TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
               RDMX_CHECK_EQ(rank, bufs[i][k], pattern(9, i, k));
             }
           }
+        }
+        quiesce(rank, s);
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(120)}));
+}
+
+// The contention counters (mt_*, rdmx/stats.def) count what they say: sends under the shared side
+// and under the whole lock, and each kind of wait, once. Rank 0 sends 8-byte messages from a
+// thread of its own: two alone (a send with a request, and an inject), one while this thread
+// holds the peer's post lock, and a synchronous one while this thread holds the shared side of
+// the worker lock; rank 1 posts a receive from a thread while this thread holds the matcher's
+// lock.
+TEST_P(ThreadsTest, ContentionCountersCountSharedAndLockedSendsAndEachWait) {
+  RDMX_REQUIRE_DEVICE();
+  const rdmx_transport_t transport = GetParam();
+  constexpr std::size_t kLen = 8;
+  constexpr int kSends = 4;  // the second injected, the last synchronous
+  const auto counters = [](Rank& rank, rdmx_worker_t* w) {
+    rdmx_stats_t st{};
+    RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
+    return st;
+  };
+  // Runs `call` on a thread with its own context while this thread holds the shared side and
+  // `lock`, until the call waits for `lock` once (its waits() moves on by one), not done yet; then
+  // lets both go and checks the call is done.
+  const auto wait_once_for = [](Rank& rank, rdmx_worker_t* w, transport::ShortLock& lock,
+                                const std::function<void()>& call) {
+    const std::uint64_t before = lock.waits();
+    std::atomic<bool> go{false};
+    std::atomic<bool> done{false};
+    std::thread caller = start_with_context(rank, w, go, [&] {
+      call();
+      done = true;
+    });
+    {
+      const auto shared = transport::debug::hold_worker_lock_shared(w);
+      const std::lock_guard<transport::ShortLock> held(lock);
+      go = true;
+      const auto t0 = std::chrono::steady_clock::now();
+      while (lock.waits() == before && seconds_since(t0) < 20.0) {
+        std::this_thread::yield();
+      }
+      RDMX_CHECK_EQ(rank, lock.waits(), before + 1);
+      RDMX_CHECK(rank, !done.load());
+    }
+    caller.join();
+    RDMX_CHECK(rank, done.load());
+  };
+  ASSERT_TRUE(run_ranks(
+      2,
+      [&](Rank& rank) {
+        Session s = open_settled(rank, transport);
+        rdmx_worker_t* const w = s.worker;
+        // UD: each send within the smallest congestion window, acknowledged before the next.
+        const auto settle = [&] {
+          const auto t0 = std::chrono::steady_clock::now();
+          while (seconds_since(t0) < 0.3) {
+            (void)rdmx_worker_progress(w);
+          }
+        };
+        if (rank.rank() == 0) {
+          const rdmx_stats_t before = counters(rank, w);
+          std::array<std::vector<std::uint8_t>, kSends> bufs;
+          for (int i = 0; i < kSends; ++i) {
+            bufs[i].resize(kLen);
+            for (std::size_t k = 0; k < kLen; ++k) {
+              bufs[i][k] = pattern(12, i, k);
+            }
+          }
+          const auto send_eager = [&](int i) {
+            rdmx_request_t req;
+            RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], bufs[i].data(), kLen, tag_of(12, i), 0,
+                                              &req, nullptr, nullptr));
+            RDMX_CHECK_OK(rank, rdmx_request_test(&req, nullptr));  // left at once
+          };
+          // Alone: under the shared side, no wait.
+          {
+            std::atomic<bool> go{true};
+            start_with_context(rank, w, go, [&] {
+              send_eager(0);
+              RDMX_CHECK_OK(rank,
+                            rdmx_tag_inject(s.eps[1], bufs[1].data(), kLen, tag_of(12, 1), 0));
+            }).join();
+          }
+          settle();
+          // Beside this thread's hold of the peer's post lock: it waits for it once.
+          wait_once_for(rank, w, transport::debug::post_lock(w, s.uids[1]), [&] { send_eager(2); });
+          settle();
+          // A synchronous send takes the whole lock: it waits for this thread's shared side.
+          {
+            rdmx_request_t sync_req;
+            std::atomic<bool> go{false};
+            std::thread sender = start_with_context(rank, w, go, [&] {
+              RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], bufs[3].data(), kLen, tag_of(12, 3),
+                                                RDMX_SEND_SYNC, &sync_req, nullptr, nullptr));
+            });
+            {
+              const auto shared = transport::debug::hold_worker_lock_shared(w);
+              go = true;
+              const auto t0 = std::chrono::steady_clock::now();
+              while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 20.0) {
+                std::this_thread::yield();
+              }
+              RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+            }
+            sender.join();
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
+          }
+          const rdmx_stats_t after = counters(rank, w);
+          RDMX_CHECK_EQ(rank, after.mt_shared_sends - before.mt_shared_sends, 3u);
+          RDMX_CHECK_EQ(rank, after.mt_locked_sends - before.mt_locked_sends, 1u);
+          RDMX_CHECK_EQ(rank, after.mt_post_lock_waits - before.mt_post_lock_waits, 1u);
+          RDMX_CHECK_EQ(rank, after.mt_lock_waits - before.mt_lock_waits, 1u);
+          const std::uint64_t progress = after.mt_progress_takes - before.mt_progress_takes;
+          RDMX_CHECK(rank, progress > 0);  // settle and the wait polled
+          // Each progress take and locked send is a whole take; so are the contexts' set-up and
+          // this read.
+          RDMX_CHECK(rank, after.mt_whole_takes - before.mt_whole_takes >= progress + 1 + 3 + 1);
+        } else {
+          const rdmx_stats_t before = counters(rank, w);
+          std::array<std::vector<std::uint8_t>, kSends> bufs;
+          std::array<rdmx_request_t, kSends> reqs;
+          for (int i = 0; i < kSends; ++i) {
+            bufs[i].resize(kLen + 8);
+          }
+          const auto post = [&](int i) {
+            RDMX_CHECK_OK(rank, rdmx_tag_recv(w, bufs[i].data(), bufs[i].size(), s.uids[0],
+                                              tag_of(12, i), kExact, &reqs[i], nullptr, nullptr));
+          };
+          post(0);
+          post(1);
+          // Beside this thread's hold of the matcher's lock: the receive waits for it once.
+          wait_once_for(rank, w, transport::debug::match_lock(w), [&] { post(2); });
+          post(3);
+          for (int i = 0; i < kSends; ++i) {
+            rdmx_status_t st{};
+            RDMX_CHECK_OK(rank, wait_request(rank, w, &reqs[i], &st, "receive"));
+            RDMX_CHECK_EQ(rank, st.length, kLen);
+            for (std::size_t k = 0; k < kLen; ++k) {
+              RDMX_CHECK_EQ(rank, bufs[i][k], pattern(12, i, k));
+            }
+          }
+          const rdmx_stats_t after = counters(rank, w);
+          RDMX_CHECK_EQ(rank, after.mt_match_lock_waits - before.mt_match_lock_waits, 1u);
+          RDMX_CHECK_EQ(rank, after.mt_post_lock_waits - before.mt_post_lock_waits, 0u);
         }
         quiesce(rank, s);
         close_session(rank, s);
