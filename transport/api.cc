@@ -91,9 +91,13 @@ int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_ga
   return worker->impl->poll_any(max_polls, spin_gap_us);
 }
 
-void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us) {
+void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us,
+                      uint32_t nap_after_us) {
   if (worker != nullptr) {
-    worker->impl->idle(events, yield_after_us);
+    const auto policy = [](std::uint32_t us) {
+      return us == RDMX_IDLE_NEVER ? rdmx::transport::IdleBackoff::kNever : std::uint64_t{us};
+    };
+    worker->impl->idle(events, policy(yield_after_us), policy(nap_after_us));
   }
 }
 

@@ -34,8 +34,9 @@ class IdleBackoff {
 
   enum class Action : std::uint8_t { kSpin, kYield, kNap, kDeadline };
 
-  IdleBackoff(std::uint64_t yield_after_us, std::uint64_t nap_after_us) noexcept
-      : yield_after_us_(yield_after_us), nap_after_us_(nap_after_us) {}
+  IdleBackoff(std::uint64_t yield_after_us, std::uint64_t nap_after_us,
+              std::uint64_t loop_gap_us = kNever) noexcept
+      : yield_after_us_(yield_after_us), nap_after_us_(nap_after_us), loop_gap_us_(loop_gap_us) {}
 
   // One turn of the loop, which found something (busy) or nothing, at `now` (microseconds).
   // Yields or naps as the idle time says; a nap never runs past `deadline`, and when a nap is
@@ -45,11 +46,16 @@ class IdleBackoff {
       idle_since_ = 0;
       return Action::kSpin;
     }
-    if (idle_since_ == 0) {
+    // A turn more than loop_gap_us after the end of the last idle turn is not the next turn of a
+    // wait loop: the caller did something else between (an MPI_Test between compute steps), so
+    // the count starts again, and nobody sleeps through their compute.
+    if (idle_since_ == 0 || now - ended_ > loop_gap_us_) {
       idle_since_ = now;
+      ended_ = now;
       return Action::kSpin;
     }
     const std::uint64_t idle = now - idle_since_;
+    ended_ = now;  // a yield or nap ends later: resumed() says when
     if (idle < yield_after_us_) [[likely]] {
       return Action::kSpin;
     }
@@ -66,9 +72,15 @@ class IdleBackoff {
     return Action::kNap;
   }
 
-  void set_policy(std::uint64_t yield_after_us, std::uint64_t nap_after_us) noexcept {
+  // With a loop gap: when a turn that yielded or napped returned (the time it gave away is not
+  // a gap in the caller's loop).
+  void resumed(std::uint64_t now) noexcept { ended_ = now; }
+
+  void set_policy(std::uint64_t yield_after_us, std::uint64_t nap_after_us,
+                  std::uint64_t loop_gap_us = kNever) noexcept {
     yield_after_us_ = yield_after_us;
     nap_after_us_ = nap_after_us;
+    loop_gap_us_ = loop_gap_us;
   }
 
   static constexpr std::uint64_t nap_us(std::uint64_t idle, std::uint64_t now,
@@ -79,7 +91,9 @@ class IdleBackoff {
  private:
   std::uint64_t yield_after_us_;
   std::uint64_t nap_after_us_;
+  std::uint64_t loop_gap_us_;
   std::uint64_t idle_since_ = 0;  // 0: the last turn was busy (or none yet)
+  std::uint64_t ended_ = 0;       // when the last idle turn ended (loop_gap_us)
 };
 
 // rdmx_worker_poll: how many times one call may poll while it finds nothing. A caller spinning

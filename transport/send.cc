@@ -379,7 +379,7 @@ int Worker::send_shared(int ctx, Peer& peer, const SendBytes& bytes, std::uint64
   const SharedPost post(*this, peer);
   ThreadCtx& tc = threads_[static_cast<std::size_t>(ctx)];
   const int rc = send_now(*tc.send, peer, bytes, tag, flags);
-  tc.shared_sends += rc != RDMX_ERR_NO_RESOURCE ? 1 : 0;  // else the caller takes the whole lock
+  tc.shared_sends += rc == RDMX_OK ? 1 : 0;  // refused: the caller takes the whole lock
   return rc;
 }
 
@@ -411,7 +411,7 @@ bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::s
     rc = RDMX_OK;
   }
   const auto thread = static_cast<std::uint16_t>(ctx);
-  ++threads_[static_cast<std::size_t>(ctx)].shared_sends;
+  threads_[static_cast<std::size_t>(ctx)].shared_sends += rc == RDMX_OK ? 1 : 0;
   if (callback == nullptr) {
     init_done_send(r, length, tag, flags, rc, thread);
     return true;

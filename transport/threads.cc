@@ -210,8 +210,9 @@ int Worker::tag_send_multi(Peer& peer, const void* buffer, std::size_t length, s
   if (held.error() != RDMX_OK) [[unlikely]] {
     return held.error();
   }
-  ++stat_mt_locked_sends_;
-  return tag_send(peer, buffer, length, tag, flags, r, callback, user_data);
+  const int rc = tag_send(peer, buffer, length, tag, flags, r, callback, user_data);
+  stat_mt_locked_sends_ += rc == RDMX_OK ? 1 : 0;  // not one refused (the caller retries) or failed
+  return rc;
 }
 
 int Worker::tag_inject_multi(Peer& peer, const SendBytes& bytes, std::uint64_t tag,
@@ -228,8 +229,9 @@ int Worker::tag_inject_multi(Peer& peer, const SendBytes& bytes, std::uint64_t t
   if (held.error() != RDMX_OK) [[unlikely]] {
     return held.error();
   }
-  ++stat_mt_locked_sends_;
-  return tag_inject(peer, bytes, tag, flags);
+  const int rc = tag_inject(peer, bytes, tag, flags);
+  stat_mt_locked_sends_ += rc == RDMX_OK ? 1 : 0;  // not one refused (the caller retries) or failed
+  return rc;
 }
 
 int Worker::tag_recv_multi(void* buffer, std::size_t length, std::uint64_t source,

@@ -130,6 +130,10 @@ inline constexpr std::uint64_t kAsyncEventPeriodUs = 1000;
 // 2 ms.
 inline constexpr std::uint64_t kWaitYieldAfterUs = 100;
 inline constexpr std::uint64_t kWaitNapAfterUs = 2000;
+// rdmx_worker_idle: a turn more than this after the end of the last idle one is not a wait loop's
+// next turn (a test between compute steps), and starts the count again. A turn of pml cm's wait
+// loop took under 5 us in the guest (MTL_RDMX_SPIN_GAP_US); a preempted one is a yield's worth.
+inline constexpr std::uint64_t kIdleLoopGapUs = 50;
 // Every send WR of every thread fits in the send CQ (plus one teardown marker at a time), so the
 // CQ cannot overflow whatever completes in error.
 inline constexpr std::uint32_t kSendCqSlack = 64;
@@ -170,15 +174,16 @@ struct SyncSlot {
   std::uint8_t generation = 0;
 };
 
-struct ThreadCtx {
+// Aligned so that two threads sending at once do not pass a line between them: each writes its
+// own context's shared_sends (and reads its `send`) on the shared path.
+struct alignas(64) ThreadCtx {
   std::uint16_t index = 0;
   pid_t owner = 0;           // MULTI: the thread (gettid) it serves
   std::uint64_t routed = 0;  // send completions routed here by their wr_id (tests)
-  // MULTI: sends of its thread under the shared side (mt_shared_sends), written by that thread
-  // only and read under the whole lock; on a line of its own, so that two threads sending at once
-  // do not pass a line between them.
-  alignas(64) std::uint64_t shared_sends = 0;
   std::unique_ptr<eager::SendPool> send;
+  // MULTI: sends of its thread that left under the shared side (mt_shared_sends), written by
+  // that thread only, read under the whole lock.
+  std::uint64_t shared_sends = 0;
   std::vector<SyncSlot> sync;
   std::vector<std::uint32_t> sync_free;
 };
@@ -292,7 +297,8 @@ class Worker {
   int progress();
   int wait(Request* request, rdmx_status_t* status, int timeout_ms);
   int poll(std::uint32_t max_polls, std::uint64_t spin_gap_us);  // rdmx_worker_poll
-  void idle(int events, std::uint64_t yield_after_us) noexcept;  // rdmx_worker_idle
+  // rdmx_worker_idle (IdleBackoff::kNever: never)
+  void idle(int events, std::uint64_t yield_after_us, std::uint64_t nap_after_us) noexcept;
   // rdmx_worker_event_fd and rdmx_worker_arm (wakeup.cc).
   int event_fd() const noexcept { return wake_->fd(); }
   int arm();
@@ -940,6 +946,7 @@ class Worker {
   // progress_any leaves the lock to them (a poller that spins would otherwise take it back first
   // after each turn, and a blocking send would wait for its idle yield).
   std::atomic<int> lock_wanted_{0};
+  std::atomic<std::uint64_t> stat_mt_lock_waits_{0};  // mt_lock_waits: by the waiter, as above
   // progress_any calls that left it so: counted by the poller, on a line of its own so that the
   // poller's increments do not take the line of lock_ and lock_wanted_ from the waiters.
   alignas(64) std::atomic<std::uint64_t> progress_deferred_{0};
@@ -994,13 +1001,14 @@ class Worker {
   std::uint64_t stat_cma_bytes_ = 0;
   std::uint64_t stat_idle_yields_ = 0;
   std::atomic<std::uint64_t> stat_idle_yields_mt_{0};  // MULTI: counted outside the lock
+  std::uint64_t stat_idle_naps_ = 0;
+  std::atomic<std::uint64_t> stat_idle_naps_mt_{0};
   std::uint64_t stat_spin_polls_ = 0;
   // MULTI (threads.cc): counted under the whole lock (mt_locked_sends, mt_progress_takes,
-  // mt_whole_takes); mt_lock_waits by the waiter, beside lock_wanted_.
+  // mt_whole_takes).
   std::uint64_t stat_mt_locked_sends_ = 0;
   std::uint64_t stat_mt_progress_takes_ = 0;
   std::uint64_t stat_mt_whole_takes_ = 0;
-  std::atomic<std::uint64_t> stat_mt_lock_waits_{0};
 };
 
 // --- requests: every send and receive passes through these, so they are inline.

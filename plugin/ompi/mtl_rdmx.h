@@ -94,6 +94,7 @@ typedef struct mca_mtl_rdmx_module {
   size_t dead_handled;
   bool warned_progress;
   int idle_yield_us; /* (threads_)yield_after_us, chosen at init by the thread level */
+  int idle_nap_us;   /* threads_nap_after_us under MPI_THREAD_MULTIPLE, else -1 */
 } mca_mtl_rdmx_module_t;
 
 /* The MCA parameters (mtl_rdmx_*), registered in mtl_rdmx_component.c: one per rdmx setting
@@ -117,6 +118,7 @@ typedef struct mca_mtl_rdmx_params {
   unsigned int progress_polls; /* rdmx polls per wait-loop turn while nothing happens, >= 1 */
   int yield_after_us;          /* rdmx_worker_idle's threshold; -1: never yield */
   int threads_yield_after_us;  /* the same under MPI_THREAD_MULTIPLE */
+  int threads_nap_after_us;    /* under MPI_THREAD_MULTIPLE, idle calls sleep past it; -1: never */
 } mca_mtl_rdmx_params_t;
 
 /* A progress call that comes less than this after an idle one is a turn of a wait loop

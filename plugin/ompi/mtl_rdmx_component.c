@@ -73,6 +73,12 @@ int ompi_mtl_rdmx_output = -1;
  * 3x; 100 and 300 were erratic (plugin/ompi/README.md, "Progress"). 20 us is longer than a round
  * trip on a real fabric, so its latency never meets the system call. */
 #define MTL_RDMX_DEFAULT_THREADS_YIELD_AFTER_US 20
+/* Yields were not enough with more threads than CPUs: a woken thread could still wait ms for the
+ * CPU. Soft-RoCE guest, np 2, one boot, two rounds each, osu_mbw_mt 8 B msg/s without naps / with
+ * naps after 1000 us: 2 threads 49-54k / 95-104k, 4 threads 5.7-6.8k / 27-32k; osu_latency_mt
+ * 4 threads 18.9-20.4 ms / 1.2 ms (after 100 us: 1.4-2.2 ms). A nap comes only after 1 ms of
+ * nothing, and lasts 1/32 of the idle time (at least 50 us), so no round trip meets one. */
+#define MTL_RDMX_DEFAULT_THREADS_NAP_AFTER_US 1000
 
 /* The mtl_rdmx_* parameters that mirror an rdmx setting (transport/settings.def), in its order
  * (the order ompi_info lists them in). */
@@ -191,6 +197,16 @@ static int component_register(void) {
       "a woken thread needs the CPU the progressing one spins on; -1: never",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->threads_yield_after_us);
+  p->threads_nap_after_us = MTL_RDMX_DEFAULT_THREADS_NAP_AFTER_US;
+  (void)mca_base_component_var_register(
+      &mca_mtl_rdmx_component.mtl_version, "threads_nap_after_us",
+      "Under MPI_THREAD_MULTIPLE, microseconds of progress calls finding nothing after which "
+      "each further idle call sleeps instead of yielding, for 1/32 of the time idle so far "
+      "(50 us to 1 ms): a thread Open MPI woke gets the CPU at once, where a yield may leave it "
+      "queued behind the progressing thread for milliseconds. Counted from the same start as "
+      "threads_yield_after_us, and only past it; -1: never",
+      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
+      MCA_BASE_VAR_SCOPE_READONLY, &p->threads_nap_after_us);
   ompi_mtl_rdmx_register_pvars();
   return OMPI_SUCCESS;
 }
@@ -402,9 +418,10 @@ static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
   const bool multi = c->thread_mode == RDMX_THREAD_MODE_MULTI;
   opal_output_verbose(1, ompi_mtl_rdmx_output,
                       "mtl rdmx: thread mode %s; idle progress yields after %d us (-1: never) "
-                      "[mtl_rdmx_%syield_after_us]",
+                      "[mtl_rdmx_%syield_after_us], sleeps after %d us [%s]",
                       multi ? "multi" : "single", ompi_mtl_rdmx.idle_yield_us,
-                      multi ? "threads_" : "");
+                      multi ? "threads_" : "", ompi_mtl_rdmx.idle_nap_us,
+                      multi ? "mtl_rdmx_threads_nap_after_us" : "never: single-threaded");
 }
 
 static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
@@ -432,6 +449,7 @@ static mca_mtl_base_module_t* component_init(bool enable_progress_threads,
   config.thread_mode = enable_mpi_threads ? RDMX_THREAD_MODE_MULTI : RDMX_THREAD_MODE_SINGLE;
   ompi_mtl_rdmx.idle_yield_us = enable_mpi_threads ? ompi_mtl_rdmx_params.threads_yield_after_us
                                                    : ompi_mtl_rdmx_params.yield_after_us;
+  ompi_mtl_rdmx.idle_nap_us = enable_mpi_threads ? ompi_mtl_rdmx_params.threads_nap_after_us : -1;
   config.uid = mtl_rdmx_uid_of(&OPAL_PROC_MY_NAME);
   if (0 == config.uid || RDMX_ANY_SOURCE == config.uid) {
     opal_output(0, "mtl rdmx: process name %s gives no usable rdmx uid; rdmx MTL disabled.",

@@ -44,7 +44,8 @@ mca_mtl_rdmx_module_t ompi_mtl_rdmx = {
             .mtl_add_comm = ompi_mtl_rdmx_add_comm,
             .mtl_del_comm = ompi_mtl_rdmx_del_comm,
         },
-    .idle_yield_us = -1, /* component_init sets it */
+    .idle_yield_us = -1, /* component_init sets them */
+    .idle_nap_us = -1,
 };
 
 int ompi_mtl_rdmx_error(int rdmx_code) {
@@ -411,11 +412,13 @@ int ompi_mtl_rdmx_progress(void) {
   dead_news = __atomic_load_n(&ompi_mtl_rdmx.dead_handled, __ATOMIC_RELAXED) !=
               __atomic_load_n(&ompi_mtl_rdmx.dead_count, __ATOMIC_RELAXED);
   /* A long wait yields the CPU, which a software device's kernel work needs (rdmx_worker_idle),
-   * and under threads the threads Open MPI woke. A call that found the worker busy with another
-   * thread's poll counts as idle here: that thread progresses for this one. */
+   * and under threads sleeps too, for the threads Open MPI woke. A call that found the worker busy
+   * with another thread's poll counts as idle here: that thread progresses for this one. */
   if (ompi_mtl_rdmx.idle_yield_us >= 0) {
-    rdmx_worker_idle(ompi_mtl_rdmx.worker, (events > 0 || NULL != r) ? 1 : 0,
-                     (uint32_t)ompi_mtl_rdmx.idle_yield_us);
+    rdmx_worker_idle(
+        ompi_mtl_rdmx.worker, (events > 0 || NULL != r) ? 1 : 0,
+        (uint32_t)ompi_mtl_rdmx.idle_yield_us,
+        ompi_mtl_rdmx.idle_nap_us >= 0 ? (uint32_t)ompi_mtl_rdmx.idle_nap_us : RDMX_IDLE_NEVER);
   }
   if (OPAL_UNLIKELY(dead_news)) {
     ompi_mtl_rdmx_handle_peer_failures(); /* mtl_rdmx_failure.c: calls rdmx, so not inside it */

@@ -55,6 +55,32 @@ TEST(IdleBackoff, NeverMeansNever) {
   EXPECT_EQ(b.turn(false, t0 + 10'000'000), Action::kYield);  // no nap, however long
 }
 
+// rdmx_worker_idle's loop gap: a turn long after the last idle one ended (a test between compute
+// steps) starts the count again, so that no test sleeps through the compute before it; the time
+// a yield or nap gave away (resumed()) is not such a gap.
+TEST(IdleBackoff, ATurnAfterAGapInTheLoopStartsTheCountAgain) {
+  IdleBackoff b{20, 1000, 50};
+  const std::uint64_t t0 = 1'000'000;
+  EXPECT_EQ(b.turn(false, t0), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 40), Action::kYield);
+  b.resumed(t0 + 45);
+  // 10 ms of compute, then a test: a new count, not a 10 ms wait.
+  EXPECT_EQ(b.turn(false, t0 + 10'045), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 10'060), Action::kSpin);  // 15 us into the new count
+  EXPECT_EQ(b.turn(false, t0 + 10'065), Action::kYield);
+  // The yield gave the CPU away for 5 ms: the wait goes on, and naps.
+  b.resumed(t0 + 15'065);
+  EXPECT_EQ(b.turn(false, t0 + 15'070), Action::kNap);
+  b.resumed(t0 + 15'300);
+  EXPECT_EQ(b.turn(false, t0 + 15'310), Action::kNap);
+  // A gap after a spin turn: 51 us, past the loop gap.
+  EXPECT_EQ(b.turn(true, t0 + 15'400), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 15'401), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 15'452), Action::kSpin);
+  EXPECT_EQ(b.turn(false, t0 + 15'471), Action::kSpin);  // 19 us into the count from 15'452
+  EXPECT_EQ(b.turn(false, t0 + 15'472), Action::kYield);
+}
+
 TEST(SpinPolls, OnlyACallRightAfterAnIdleOneGetsTheBudget) {
   SpinPolls s;
   const std::uint64_t t0 = 1'000'000;

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rdmx/rdmx.h"
@@ -325,31 +326,40 @@ TEST_P(Semantics, WaitTimesOutAndLeavesTheRequestPosted) {
 }
 
 // rdmx_worker_idle, for a wait loop outside rdmx (an MPI library's): idle turns yield once they
-// have found nothing for yield_after_us, never before, and not while the turns report events.
-// Counted by rdmx_stats_t.idle_yields.
-TEST_P(Semantics, WorkerIdleYieldsOnlyAfterTheThreshold) {
+// have found nothing for yield_after_us, and sleep once they have for nap_after_us, never before,
+// and not while the turns report events (idle_backoff_unit_test: the loop gap). Counted by
+// rdmx_stats_t.idle_yields and idle_naps.
+TEST_P(Semantics, WorkerIdleYieldsAndNapsOnlyAfterTheirThresholds) {
   run([](Rank& rank, Session& s, int) {
-    const auto yields = [&] {
+    const auto counts = [&] {
       rdmx_stats_t st{};
       RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
-      return st.idle_yields;
+      return std::pair{st.idle_yields, st.idle_naps};
     };
-    // 10 ms of turns, each reporting `events` if given, else what progress found.
-    const auto loop = [&](std::uint32_t yield_after_us, int events) {
+    // 10 ms of turns (20 for the naps: a turn late past the loop gap, preempted, starts the
+    // count again), each reporting `events` if given, else what progress found.
+    const auto loop = [&](std::uint32_t yield_after_us, std::uint32_t nap_after_us, int events,
+                          double seconds = 0.01) {
       const auto t0 = std::chrono::steady_clock::now();
-      while (seconds_since(t0) < 0.01) {
+      while (seconds_since(t0) < seconds) {
         const int found = rdmx_worker_progress(s.worker);
         RDMX_CHECK(rank, found >= 0);
-        rdmx_worker_idle(s.worker, events > 0 ? events : found, yield_after_us);
+        rdmx_worker_idle(s.worker, events > 0 ? events : found, yield_after_us, nap_after_us);
       }
     };
-    const std::uint64_t before = yields();
-    loop(1'000'000, 0);  // a threshold never reached
-    RDMX_CHECK_EQ(rank, yields(), before);
-    loop(100, 1);  // busy turns
-    RDMX_CHECK_EQ(rank, yields(), before);
-    loop(100, 0);
-    RDMX_CHECK(rank, yields() > before);
+    const auto [yields, naps] = counts();
+    loop(1'000'000, RDMX_IDLE_NEVER, 0);  // a threshold never reached
+    RDMX_CHECK_EQ(rank, counts().first, yields);
+    loop(100, 1000, 1);  // busy turns
+    RDMX_CHECK(rank, counts() == std::pair(yields, naps));
+    loop(100, 1'000'000, 0);  // yields, and no nap before its threshold
+    RDMX_CHECK(rank, counts().first > yields);
+    RDMX_CHECK_EQ(rank, counts().second, naps);
+    loop(100, 1000, 0, 0.02);
+    RDMX_CHECK(rank, counts().second > naps);
+    const std::uint64_t napped = counts().second;
+    loop(100, RDMX_IDLE_NEVER, 0);  // never, however long idle
+    RDMX_CHECK_EQ(rank, counts().second, napped);
   });
 }
 

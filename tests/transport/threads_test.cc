@@ -776,16 +776,19 @@ TEST_P(ThreadsTest, BurstSendsJoinTheOpenBatchUnderTheSharedSide) {
 }
 
 // The contention counters (mt_*, rdmx/stats.def) count what they say: sends under the shared side
-// and under the whole lock, and each kind of wait, once. Rank 0 sends 8-byte messages from a
+// and under the whole lock, each once, and each kind of wait. Rank 0 sends 8-byte messages from a
 // thread of its own: two alone (a send with a request, and an inject), one while this thread
-// holds the peer's post lock, and a synchronous one while this thread holds the shared side of
-// the worker lock; rank 1 posts a receive from a thread while this thread holds the matcher's
+// holds the peer's post lock, a synchronous one while this thread holds the shared side of the
+// worker lock, and one while this thread holds the whole lock (it waits, then leaves under the
+// shared side); then, from this thread, a rendezvous one, whose inject is refused first (counted
+// on neither side). Rank 1 posts a receive from a thread while this thread holds the matcher's
 // lock.
 TEST_P(ThreadsTest, ContentionCountersCountSharedAndLockedSendsAndEachWait) {
   RDMX_REQUIRE_DEVICE();
   const rdmx_transport_t transport = GetParam();
   constexpr std::size_t kLen = 8;
-  constexpr int kSends = 4;  // the second injected, the last synchronous
+  constexpr int kSends = 5;  // eager: the second injected, the fourth synchronous
+  constexpr std::size_t kRndvLength = 70000;
   const auto counters = [](Rank& rank, rdmx_worker_t* w) {
     rdmx_stats_t st{};
     RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
@@ -877,16 +880,53 @@ TEST_P(ThreadsTest, ContentionCountersCountSharedAndLockedSendsAndEachWait) {
             sender.join();
             RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
           }
+          settle();
+          // An eager send that waits for the whole lock, which this thread holds, then leaves
+          // under the shared side.
+          {
+            std::atomic<bool> go{false};
+            std::atomic<bool> sent{false};
+            std::thread sender = start_with_context(rank, w, go, [&] {
+              send_eager(4);
+              sent = true;
+            });
+            {
+              const auto whole = transport::debug::hold_worker_lock(w);
+              go = true;
+              const auto t0 = std::chrono::steady_clock::now();
+              while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 20.0) {
+                std::this_thread::yield();
+              }
+              RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+              RDMX_CHECK(rank, !sent.load());
+            }
+            sender.join();
+            RDMX_CHECK(rank, sent.load());
+          }
+          // A rendezvous one: never injected (refused under the shared side, then under the
+          // whole lock), then sent under the whole lock.
+          std::vector<std::uint8_t> rndv(kRndvLength);
+          for (std::size_t k = 0; k < rndv.size(); ++k) {
+            rndv[k] = pattern(12, kSends, k);
+          }
+          RDMX_CHECK_EQ(rank,
+                        rdmx_tag_inject(s.eps[1], rndv.data(), rndv.size(), tag_of(12, kSends), 0),
+                        RDMX_ERR_NO_RESOURCE);
+          rdmx_request_t rndv_req;
+          RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[1], rndv.data(), rndv.size(), tag_of(12, kSends),
+                                            0, &rndv_req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &rndv_req, nullptr, "rendezvous send"));
           const rdmx_stats_t after = counters(rank, w);
-          RDMX_CHECK_EQ(rank, after.mt_shared_sends - before.mt_shared_sends, 3u);
-          RDMX_CHECK_EQ(rank, after.mt_locked_sends - before.mt_locked_sends, 1u);
+          RDMX_CHECK_EQ(rank, after.mt_shared_sends - before.mt_shared_sends, 4u);
+          RDMX_CHECK_EQ(rank, after.mt_locked_sends - before.mt_locked_sends, 2u);
           RDMX_CHECK_EQ(rank, after.mt_post_lock_waits - before.mt_post_lock_waits, 1u);
-          RDMX_CHECK_EQ(rank, after.mt_lock_waits - before.mt_lock_waits, 1u);
+          RDMX_CHECK_EQ(rank, after.mt_lock_waits - before.mt_lock_waits, 2u);
           const std::uint64_t progress = after.mt_progress_takes - before.mt_progress_takes;
           RDMX_CHECK(rank, progress > 0);  // settle and the wait polled
-          // Each progress take and locked send is a whole take; so are the contexts' set-up and
-          // this read.
-          RDMX_CHECK(rank, after.mt_whole_takes - before.mt_whole_takes >= progress + 1 + 3 + 1);
+          // Each progress take, locked send and refused inject is a whole take; so are the four
+          // contexts' set-up and this read.
+          RDMX_CHECK(rank,
+                     after.mt_whole_takes - before.mt_whole_takes >= progress + 2 + 1 + 4 + 1);
         } else {
           const rdmx_stats_t before = counters(rank, w);
           std::array<std::vector<std::uint8_t>, kSends> bufs;
@@ -903,12 +943,27 @@ TEST_P(ThreadsTest, ContentionCountersCountSharedAndLockedSendsAndEachWait) {
           // Beside this thread's hold of the matcher's lock: the receive waits for it once.
           wait_once_for(rank, w, transport::debug::match_lock(w), [&] { post(2); });
           post(3);
+          post(4);
+          std::vector<std::uint8_t> rndv(kRndvLength + 8);
+          rdmx_request_t rndv_req;
+          RDMX_CHECK_OK(rank,
+                        rdmx_tag_recv(w, rndv.data(), rndv.size(), s.uids[0], tag_of(12, kSends),
+                                      kExact, &rndv_req, nullptr, nullptr));
           for (int i = 0; i < kSends; ++i) {
             rdmx_status_t st{};
             RDMX_CHECK_OK(rank, wait_request(rank, w, &reqs[i], &st, "receive"));
             RDMX_CHECK_EQ(rank, st.length, kLen);
             for (std::size_t k = 0; k < kLen; ++k) {
               RDMX_CHECK_EQ(rank, bufs[i][k], pattern(12, i, k));
+            }
+          }
+          rdmx_status_t rst{};
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &rndv_req, &rst, "rendezvous receive"));
+          RDMX_CHECK_EQ(rank, rst.length, kRndvLength);
+          for (std::size_t k = 0; k < kRndvLength; ++k) {
+            if (rndv[k] != pattern(12, kSends, k)) {
+              rank.fail(__FILE__, __LINE__, "rendezvous byte " + std::to_string(k) + " differs");
+              break;
             }
           }
           const rdmx_stats_t after = counters(rank, w);
