@@ -146,6 +146,15 @@ std::shared_lock<transport::WorkerLock> go_beside_shared_side(Rank& rank, rdmx_w
   return shared;
 }
 
+// Waits (20 s at most) until one call waits for the whole worker lock, and checks it is one.
+void await_lock_waiter(Rank& rank, rdmx_worker_t* w) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 20.0) {
+    std::this_thread::yield();
+  }
+  RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+}
+
 // A multi-mode session whose set-up messages are all acknowledged (UD's window empty), so that
 // the window's room counts from here; both ranks leave together.
 Session open_settled(Rank& rank, rdmx_transport_t transport) {
@@ -311,16 +320,12 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           });
           {
             const auto shared = go_beside_shared_side(rank, w, go, sent, kEager);
-            const auto t0 = std::chrono::steady_clock::now();
             // Progress cannot take the lock: it returns at once.
             int progress_rc = -1;
             std::thread([&] { progress_rc = rdmx_worker_progress(w); }).join();
             RDMX_CHECK_EQ(rank, progress_rc, 0);
             // The synchronous send waits for the whole lock.
-            while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 20.0) {
-              std::this_thread::yield();
-            }
-            RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+            await_lock_waiter(rank, w);
             RDMX_CHECK(rank, !sync_posted.load());
           }
           poster.join();
@@ -506,11 +511,7 @@ TEST_P(ThreadsTest, EagerSendsAndReceivesTakeOnlyTheSharedSideOfTheLock) {
           {
             auto shared = transport::debug::hold_worker_lock_shared(w);
             late_go = true;
-            const auto t1 = std::chrono::steady_clock::now();
-            while (transport::debug::lock_waiters(w) == 0 && seconds_since(t1) < 20.0) {
-              std::this_thread::yield();
-            }
-            RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+            await_lock_waiter(rank, w);
             RDMX_CHECK(rank, !rndv_posted.load());
           }
           late.join();
@@ -871,11 +872,7 @@ TEST_P(ThreadsTest, ContentionCountersCountSharedAndLockedSendsAndEachWait) {
             {
               const auto shared = transport::debug::hold_worker_lock_shared(w);
               go = true;
-              const auto t0 = std::chrono::steady_clock::now();
-              while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 20.0) {
-                std::this_thread::yield();
-              }
-              RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+              await_lock_waiter(rank, w);
             }
             sender.join();
             RDMX_CHECK_OK(rank, wait_request(rank, w, &sync_req, nullptr, "synchronous send"));
@@ -893,11 +890,7 @@ TEST_P(ThreadsTest, ContentionCountersCountSharedAndLockedSendsAndEachWait) {
             {
               const auto whole = transport::debug::hold_worker_lock(w);
               go = true;
-              const auto t0 = std::chrono::steady_clock::now();
-              while (transport::debug::lock_waiters(w) == 0 && seconds_since(t0) < 20.0) {
-                std::this_thread::yield();
-              }
-              RDMX_CHECK_EQ(rank, transport::debug::lock_waiters(w), 1);
+              await_lock_waiter(rank, w);
               RDMX_CHECK(rank, !sent.load());
             }
             sender.join();
