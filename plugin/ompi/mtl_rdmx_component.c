@@ -74,10 +74,12 @@ int ompi_mtl_rdmx_output = -1;
  * trip on a real fabric, so its latency never meets the system call. */
 #define MTL_RDMX_DEFAULT_THREADS_YIELD_AFTER_US 20
 /* Yields were not enough with more threads than CPUs: a woken thread could still wait ms for the
- * CPU. Soft-RoCE guest, np 2, one boot, two rounds each, osu_mbw_mt 8 B msg/s without naps / with
- * naps after 1000 us: 2 threads 49-54k / 95-104k, 4 threads 5.7-6.8k / 27-32k; osu_latency_mt
- * 4 threads 18.9-20.4 ms / 1.2 ms (after 100 us: 1.4-2.2 ms). A nap comes only after 1 ms of
- * nothing, and lasts 1/32 of the idle time (at least 50 us), so no round trip meets one. */
+ * CPU behind the progressing one. Soft-RoCE guest, np 2, 8 B, ci/bench-mt --base (the MTL
+ * without naps) in two boots (3 and 2 rounds, medians): osu_mbw_mt 2 threads 7.3x / 4.2x the
+ * rate, 4 threads 4.4x / 3.1x; osu_latency_mt 4 threads 17.2 -> 0.9 ms / 14.3 -> 1.6 ms (pml ucx
+ * 12.2 / 8.1 ms); 1 thread 0.99x / 0.86x the rate (its rounds spread 152-235 k). Naps after
+ * 100 us did about as well at 4 threads and worse at 2. A nap comes only after 1 ms of a wait
+ * loop's idle turns and lasts 1/32 of the idle time (at least 50 us): no round trip meets one. */
 #define MTL_RDMX_DEFAULT_THREADS_NAP_AFTER_US 1000
 
 /* The mtl_rdmx_* parameters that mirror an rdmx setting (transport/settings.def), in its order
