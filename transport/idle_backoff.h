@@ -7,7 +7,9 @@
 // work: a large transfer over rxe is CPU-bound in the kernel (softirq, ksoftirqd). Once the
 // loop has found nothing for `yield_after_us` it yields on every turn; after `nap_after_us` it
 // sleeps, each nap 1/kNapIdleDiv of the time already idle, between kNapMinUs and kNapMaxUs, so
-// that a long wait ends at most 1/kNapIdleDiv of its length late. The thresholds are times, not
+// that a long wait ends at most 1/kNapIdleDiv of its length late. With a loop gap
+// (rdmx_worker_idle's), a turn that comes long after the last one ended starts the count again: the
+// caller was not waiting in between. The thresholds are times, not
 // turn counts, so that a round trip (microseconds on hardware, tens of microseconds in the
 // guest) never meets a system call: counted in turns, 64 empty polls were 22 us in the guest, a
 // yield inside nearly every round trip (8-byte RC latency 25.8 us instead of 15). Naps grow
@@ -77,7 +79,7 @@ class IdleBackoff {
   void resumed(std::uint64_t now) noexcept { ended_ = now; }
 
   void set_policy(std::uint64_t yield_after_us, std::uint64_t nap_after_us,
-                  std::uint64_t loop_gap_us = kNever) noexcept {
+                  std::uint64_t loop_gap_us) noexcept {
     yield_after_us_ = yield_after_us;
     nap_after_us_ = nap_after_us;
     loop_gap_us_ = loop_gap_us;

@@ -236,12 +236,13 @@ int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_ga
  * further idle turn yields the CPU (sched_yield), as rdmx_request_wait does after 100 us: when
  * busy processes outnumber CPUs, and on a software device (rxe, siw) whose RDMA work is the
  * kernel's, a spinning loop holds the CPU that work needs. With nothing else to run, a yield
- * returns at once: a caller that tests between compute steps loses one system call per test.
- * Once they have found nothing for `nap_after_us` (counted from the same start; it takes effect
- * only past yield_after_us), each further idle turn sleeps instead, for 1/32 of the time idle so
- * far, 50 us to 1 ms, as rdmx_request_wait does after 2 ms: a thread the caller's library woke
- * (its other threads' waits) then gets the CPU at once, where a yield may leave it queued.
- * RDMX_IDLE_NEVER for either: never. Any event starts the count again. */
+ * returns at once. A call more than 50 us after the last idle one ended (a test between compute
+ * steps) starts the count again, so such a caller never yields or sleeps. Once they have found
+ * nothing for `nap_after_us` (counted from the same start; it takes effect only past
+ * yield_after_us), each further idle turn sleeps instead, for 1/32 of the time idle so far, 50 us
+ * to 1 ms, as rdmx_request_wait does after 2 ms: a thread the caller's library woke (its other
+ * threads' waits) then gets the CPU at once, where a yield may leave it queued. RDMX_IDLE_NEVER for
+ * either: never. Any event starts the count again. */
 #define RDMX_IDLE_NEVER UINT32_MAX
 void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us,
                       uint32_t nap_after_us);

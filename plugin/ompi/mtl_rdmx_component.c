@@ -206,7 +206,8 @@ static int component_register(void) {
       "each further idle call sleeps instead of yielding, for 1/32 of the time idle so far "
       "(50 us to 1 ms): a thread Open MPI woke gets the CPU at once, where a yield may leave it "
       "queued behind the progressing thread for milliseconds. Counted from the same start as "
-      "threads_yield_after_us, and only past it; -1: never",
+      "threads_yield_after_us, and only past it (so threads_yield_after_us -1 turns it off "
+      "too); -1: never",
       MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
       MCA_BASE_VAR_SCOPE_READONLY, &p->threads_nap_after_us);
   ompi_mtl_rdmx_register_pvars();
@@ -420,9 +421,10 @@ static void report_choices(const rdmx_config_t* c, uint32_t nprocs) {
   const bool multi = c->thread_mode == RDMX_THREAD_MODE_MULTI;
   opal_output_verbose(1, ompi_mtl_rdmx_output,
                       "mtl rdmx: thread mode %s; idle progress yields after %d us (-1: never) "
-                      "[mtl_rdmx_%syield_after_us], sleeps after %d us [%s]",
+                      "[mtl_rdmx_%syield_after_us], sleeps after %d us (-1: never) [%s]",
                       multi ? "multi" : "single", ompi_mtl_rdmx.idle_yield_us,
-                      multi ? "threads_" : "", ompi_mtl_rdmx.idle_nap_us,
+                      multi ? "threads_" : "",
+                      ompi_mtl_rdmx.idle_yield_us < 0 ? -1 : ompi_mtl_rdmx.idle_nap_us,
                       multi ? "mtl_rdmx_threads_nap_after_us" : "never: single-threaded");
 }
 

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rdmx/rdmx.h"
@@ -974,6 +975,38 @@ INSTANTIATE_TEST_SUITE_P(Transports, ThreadsTest,
                          [](const ::testing::TestParamInfo<rdmx_transport_t>& p) {
                            return std::string(p.param == RDMX_TRANSPORT_RC ? "Rc" : "Ud");
                          });
+
+// rdmx_worker_idle in thread mode multi (each thread its own count, outside the lock): a thread's
+// idle turns nap once they have found nothing for nap_after_us, and never with RDMX_IDLE_NEVER.
+TEST(Threads, IdleTurnsNapPastTheThreshold) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(1, [](Rank& rank) {
+    rdmx_worker_t* w = lone_worker(rank, RDMX_THREAD_MODE_MULTI);
+    const auto counts = [&] {
+      rdmx_stats_t st{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
+      return std::pair{st.idle_yields, st.idle_naps};
+    };
+    // 20 ms of idle turns on a thread of its own.
+    const auto idle_for_20ms = [&](std::uint32_t nap_after_us) {
+      std::thread([&] {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (seconds_since(t0) < 0.02) {
+          const int found = rdmx_worker_progress(w);
+          RDMX_CHECK(rank, found >= 0);
+          rdmx_worker_idle(w, found, 20, nap_after_us);
+        }
+      }).join();
+    };
+    const auto [yields, naps] = counts();
+    idle_for_20ms(RDMX_IDLE_NEVER);
+    RDMX_CHECK(rank, counts().first > yields);
+    RDMX_CHECK_EQ(rank, counts().second, naps);
+    idle_for_20ms(1000);
+    RDMX_CHECK(rank, counts().second > naps);
+    rdmx_worker_destroy(w);
+  }));
+}
 
 // Past max_threads a thread's sends fail, naming the cause, and its other calls work; a thread
 // that has exited gives its context to the next new one.
