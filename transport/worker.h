@@ -132,9 +132,11 @@ inline constexpr std::uint64_t kWaitYieldAfterUs = 100;
 inline constexpr std::uint64_t kWaitNapAfterUs = 2000;
 // rdmx_worker_idle: a turn more than this after the end of the last idle one is not a wait loop's
 // next turn (a test between compute steps), and starts the count again. A turn of pml cm's wait
-// loop took under 5 us in the guest (MTL_RDMX_SPIN_GAP_US). A turn preempted past it (or a
-// clock correction) restarts the count too: that only delays a yield or nap, never hastens one.
-inline constexpr std::uint64_t kIdleLoopGapUs = 50;
+// loop took under 5 us in the guest (MTL_RDMX_SPIN_GAP_US), but a thread's CachedClock steps by
+// up to a window (2^20 cycles) until it has measured the TSC's rate, and its corrections jump
+// too: at 50 us, a new thread's 20 ms of idle turns in ci/test never yielded. A turn preempted
+// past it restarts the count too: that only delays a yield or nap, never hastens one.
+inline constexpr std::uint64_t kIdleLoopGapUs = 2000;
 // Every send WR of every thread fits in the send CQ (plus one teardown marker at a time), so the
 // CQ cannot overflow whatever completes in error.
 inline constexpr std::uint32_t kSendCqSlack = 64;

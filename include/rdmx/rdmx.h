@@ -236,7 +236,7 @@ int rdmx_worker_poll(rdmx_worker_t* worker, uint32_t max_polls, uint32_t spin_ga
  * further idle turn yields the CPU (sched_yield), as rdmx_request_wait does after 100 us: when
  * busy processes outnumber CPUs, and on a software device (rxe, siw) whose RDMA work is the
  * kernel's, a spinning loop holds the CPU that work needs. With nothing else to run, a yield
- * returns at once. A call more than 50 us after the last idle one ended (a test between compute
+ * returns at once. A call more than 2 ms after the last idle one ended (a test between compute
  * steps) starts the count again, so such a caller never yields or sleeps. Once they have found
  * nothing for `nap_after_us` (counted from the same start; it takes effect only past
  * yield_after_us), each further idle turn sleeps instead, for 1/32 of the time idle so far, 50 us

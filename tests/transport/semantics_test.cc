@@ -360,10 +360,10 @@ TEST_P(Semantics, WorkerIdleYieldsAndNapsOnlyAfterTheirThresholds) {
     const std::uint64_t napped = counts().second;
     loop(100, RDMX_IDLE_NEVER, 0);  // never, however long idle
     RDMX_CHECK_EQ(rank, counts().second, napped);
-    // A call 2 ms after the last (a test between compute steps) starts the count again: it
-    // neither yields nor naps, though idle for 30 ms.
+    // A call 20 ms after the last (a test between compute steps: past kIdleLoopGapUs) starts
+    // the count again: it neither yields nor naps, though idle for 50 ms.
     const auto before_gap = counts();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     rdmx_worker_idle(s.worker, 0, 100, 1000);
     RDMX_CHECK(rank, counts() == before_gap);
   });

@@ -987,11 +987,12 @@ TEST(Threads, IdleTurnsNapPastTheThreshold) {
       RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
       return std::pair{st.idle_yields, st.idle_naps};
     };
-    // 20 ms of idle turns on a thread of its own.
-    const auto idle_for_20ms = [&](std::uint32_t nap_after_us) {
+    // 100 ms of idle turns on a thread of its own (its clock steps until it has measured the
+    // TSC's rate: kIdleLoopGapUs).
+    const auto idle_for_100ms = [&](std::uint32_t nap_after_us) {
       std::thread([&] {
         const auto t0 = std::chrono::steady_clock::now();
-        while (seconds_since(t0) < 0.02) {
+        while (seconds_since(t0) < 0.1) {
           const int found = rdmx_worker_progress(w);
           RDMX_CHECK(rank, found >= 0);
           rdmx_worker_idle(w, found, 20, nap_after_us);
@@ -999,10 +1000,10 @@ TEST(Threads, IdleTurnsNapPastTheThreshold) {
       }).join();
     };
     const auto [yields, naps] = counts();
-    idle_for_20ms(RDMX_IDLE_NEVER);
+    idle_for_100ms(RDMX_IDLE_NEVER);
     RDMX_CHECK(rank, counts().first > yields);
     RDMX_CHECK_EQ(rank, counts().second, naps);
-    idle_for_20ms(1000);
+    idle_for_100ms(1000);
     RDMX_CHECK(rank, counts().second > naps);
     rdmx_worker_destroy(w);
   }));
