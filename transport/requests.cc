@@ -72,27 +72,18 @@ int Worker::poll(std::uint32_t max_polls, std::uint64_t spin_gap_us) {
 }
 
 void Worker::idle(int events, std::uint64_t yield_after_us, std::uint64_t nap_after_us) noexcept {
-  if (multi_) [[unlikely]] {
-    // Each thread its own count and clock, and the yield or nap with no lock held.
-    thread_local IdleBackoff backoff{IdleBackoff::kNever, IdleBackoff::kNever};
-    thread_local CachedClock clock;
-    backoff.set_policy(yield_after_us, nap_after_us, kIdleLoopGapUs);
-    const IdleBackoff::Action a = backoff.turn(events != 0, events != 0 ? 0 : clock.now_us());
-    if (a == IdleBackoff::Action::kYield) {
-      stat_idle_yields_mt_.fetch_add(1, std::memory_order_relaxed);
-      backoff.resumed(clock.now_us());
-    } else if (a == IdleBackoff::Action::kNap) {
-      stat_idle_naps_mt_.fetch_add(1, std::memory_order_relaxed);
-      backoff.resumed(clock.now_us());
-    }
-    return;
-  }
-  idle_.set_policy(yield_after_us, nap_after_us, kIdleLoopGapUs);
-  const IdleBackoff::Action a = idle_.turn(events != 0, events != 0 ? 0 : now_us());
-  if (a == IdleBackoff::Action::kYield || a == IdleBackoff::Action::kNap) {
-    stat_idle_yields_ += a == IdleBackoff::Action::kYield ? 1 : 0;
-    stat_idle_naps_ += a == IdleBackoff::Action::kNap ? 1 : 0;
-    idle_.resumed(now_us());
+  // MULTI: each thread its own count and clock (clock_ is the lock holder's), and the yield or
+  // nap with no lock held.
+  thread_local IdleBackoff t_backoff{IdleBackoff::kNever, IdleBackoff::kNever};
+  thread_local CachedClock t_clock;
+  IdleBackoff& backoff = multi_ ? t_backoff : idle_;
+  CachedClock& clock = multi_ ? t_clock : clock_;
+  backoff.set_policy(yield_after_us, nap_after_us, kIdleLoopGapUs);
+  const IdleBackoff::Action a = backoff.turn(events != 0, events != 0 ? 0 : clock.now_us());
+  if (a == IdleBackoff::Action::kYield || a == IdleBackoff::Action::kNap) [[unlikely]] {
+    (a == IdleBackoff::Action::kYield ? stat_idle_yields_ : stat_idle_naps_)
+        .fetch_add(1, std::memory_order_relaxed);
+    backoff.resumed(clock.now_us());
   }
 }
 

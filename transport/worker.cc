@@ -124,8 +124,8 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.ring_recvs = stat_ring_recvs_;
   s.shm_recvs = stat_shm_recvs_;
   s.shm_cma_bytes = stat_cma_bytes_;
-  s.idle_yields = stat_idle_yields_ + stat_idle_yields_mt_.load(std::memory_order_relaxed);
-  s.idle_naps = stat_idle_naps_ + stat_idle_naps_mt_.load(std::memory_order_relaxed);
+  s.idle_yields = stat_idle_yields_.load(std::memory_order_relaxed);
+  s.idle_naps = stat_idle_naps_.load(std::memory_order_relaxed);
   s.spin_polls = stat_spin_polls_;
   s.ring_peers = ring_peers_.size();
   s.send_contexts = threads_.size();

@@ -1002,10 +1002,9 @@ class Worker {
   std::uint64_t stat_ring_recvs_ = 0;
   std::uint64_t stat_shm_recvs_ = 0;
   std::uint64_t stat_cma_bytes_ = 0;
-  std::uint64_t stat_idle_yields_ = 0;
-  std::atomic<std::uint64_t> stat_idle_yields_mt_{0};  // MULTI: counted outside the lock
-  std::uint64_t stat_idle_naps_ = 0;
-  std::atomic<std::uint64_t> stat_idle_naps_mt_{0};
+  // rdmx_worker_idle's; atomic since MULTI counts them outside the lock (a system call follows).
+  std::atomic<std::uint64_t> stat_idle_yields_{0};
+  std::atomic<std::uint64_t> stat_idle_naps_{0};
   std::uint64_t stat_spin_polls_ = 0;
   // MULTI (threads.cc): counted under the whole lock (mt_locked_sends, mt_progress_takes,
   // mt_whole_takes).

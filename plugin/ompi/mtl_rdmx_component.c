@@ -131,6 +131,14 @@ static void reg(int which, mca_base_var_enum_t* enumerator) {
       (mca_base_var_flag_t)0, q->level, MCA_BASE_VAR_SCOPE_READONLY, q->storage);
 }
 
+/* One of the MTL's own parameters (not an rdmx setting): read-only, like the others. */
+static void reg_own(const char* name, const char* help, mca_base_var_type_t type,
+                    mca_base_var_info_lvl_t level, void* storage) {
+  (void)mca_base_component_var_register(&mca_mtl_rdmx_component.mtl_version, name, help, type, NULL,
+                                        0, (mca_base_var_flag_t)0, level,
+                                        MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
 static int component_register(void) {
   rdmx_config_t d;
   mca_base_var_enum_t* transport_enum = NULL;
@@ -144,12 +152,10 @@ static int component_register(void) {
 #include "transport/settings.def"
 #undef RDMX_SETTING
 
-  (void)mca_base_component_var_register(
-      &mca_mtl_rdmx_component.mtl_version, "priority",
-      "Priority of the rdmx MTL among MTLs (the highest available is selected; --mca mtl rdmx "
-      "selects rdmx whatever its priority)",
-      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
-      MCA_BASE_VAR_SCOPE_READONLY, &p->priority);
+  reg_own("priority",
+          "Priority of the rdmx MTL among MTLs (the highest available is selected; --mca mtl rdmx "
+          "selects rdmx whatever its priority)",
+          MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_9, &p->priority);
   for (int which = 0; which < P_COUNT; ++which) {
     if (which != P_transport) {
       reg(which, NULL);
@@ -162,16 +168,14 @@ static int component_register(void) {
     }
   }
   p->print_stats = 0;
-  (void)mca_base_component_var_register(
-      &mca_mtl_rdmx_component.mtl_version, "print_stats",
+  reg_own(
+      "print_stats",
       "At MPI_Finalize, before the endpoints go, print one line per process on stderr with rdmx's "
       "counters: 'mtl rdmx stats: rank R transport rc|ud NAME N ...', every counter that is also "
       "a performance variable mtl_rdmx_NAME, in the same order (also RDMX_STATS=1)",
-      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_9,
-      MCA_BASE_VAR_SCOPE_READONLY, &p->print_stats);
+      MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_9, &p->print_stats);
   p->progress_polls = MTL_RDMX_DEFAULT_PROGRESS_POLLS;
-  (void)mca_base_component_var_register(
-      &mca_mtl_rdmx_component.mtl_version, "progress_polls",
+  reg_own("progress_polls",
       "Times a progress call polls rdmx while it finds nothing (at least 1) when it follows an "
       "idle one by under " MTL_RDMX_STR(MTL_RDMX_SPIN_GAP_US) " us, i.e. is a turn of a wait "
       "loop: pml cm waits by calling opal_progress, which around each call runs Open MPI's "
@@ -179,37 +183,31 @@ static int component_register(void) {
       "call reads the clock, so polling here notices a message sooner. Other calls (an MPI_Test "
       "between compute steps) poll once, and so does every call when Open MPI yields when idle "
       "(oversubscribed) or threads are in use (MPI_THREAD_MULTIPLE)",
-      MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
-      MCA_BASE_VAR_SCOPE_READONLY, &p->progress_polls);
+          MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_6, &p->progress_polls);
   p->yield_after_us = MTL_RDMX_DEFAULT_YIELD_AFTER_US;
-  (void)mca_base_component_var_register(
-      &mca_mtl_rdmx_component.mtl_version, "yield_after_us",
-      "Microseconds of progress calls finding nothing after which each further idle call "
-      "yields the CPU (sched_yield), as rdmx's own wait does; -1: never. On a software device "
-      "(rxe, siw) the kernel does the RDMA work on the CPUs the ranks spin on; with nothing "
-      "else to run a yield returns at once. Not under MPI_THREAD_MULTIPLE, where "
-      "threads_yield_after_us applies",
-      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
-      MCA_BASE_VAR_SCOPE_READONLY, &p->yield_after_us);
+  reg_own("yield_after_us",
+          "Microseconds of progress calls finding nothing after which each further idle call "
+          "yields the CPU (sched_yield), as rdmx's own wait does; -1: never. On a software device "
+          "(rxe, siw) the kernel does the RDMA work on the CPUs the ranks spin on; with nothing "
+          "else to run a yield returns at once. Not under MPI_THREAD_MULTIPLE, where "
+          "threads_yield_after_us applies",
+          MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_6, &p->yield_after_us);
   p->threads_yield_after_us = MTL_RDMX_DEFAULT_THREADS_YIELD_AFTER_US;
-  (void)mca_base_component_var_register(
-      &mca_mtl_rdmx_component.mtl_version, "threads_yield_after_us",
-      "Under MPI_THREAD_MULTIPLE, yield_after_us's replacement: Open MPI's "
-      "waits let one thread progress while the others sleep until a completion wakes them, and "
-      "a woken thread needs the CPU the progressing one spins on; -1: never",
-      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
-      MCA_BASE_VAR_SCOPE_READONLY, &p->threads_yield_after_us);
+  reg_own("threads_yield_after_us",
+          "Under MPI_THREAD_MULTIPLE, yield_after_us's replacement: Open MPI's "
+          "waits let one thread progress while the others sleep until a completion wakes them, and "
+          "a woken thread needs the CPU the progressing one spins on; -1: never",
+          MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_6, &p->threads_yield_after_us);
   p->threads_nap_after_us = MTL_RDMX_DEFAULT_THREADS_NAP_AFTER_US;
-  (void)mca_base_component_var_register(
-      &mca_mtl_rdmx_component.mtl_version, "threads_nap_after_us",
+  reg_own(
+      "threads_nap_after_us",
       "Under MPI_THREAD_MULTIPLE, microseconds of progress calls finding nothing after which "
       "each further idle call sleeps instead of yielding, for 1/32 of the time idle so far "
       "(50 us to 1 ms): a thread Open MPI woke gets the CPU at once, where a yield may leave it "
       "queued behind the progressing thread for milliseconds. Counted from the same start as "
       "threads_yield_after_us, and only past it (so threads_yield_after_us -1 turns it off "
       "too); -1: never",
-      MCA_BASE_VAR_TYPE_INT, NULL, 0, (mca_base_var_flag_t)0, OPAL_INFO_LVL_6,
-      MCA_BASE_VAR_SCOPE_READONLY, &p->threads_nap_after_us);
+      MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_6, &p->threads_nap_after_us);
   ompi_mtl_rdmx_register_pvars();
   return OMPI_SUCCESS;
 }
