@@ -32,6 +32,10 @@ std::string_view to_string(MsgKind kind) noexcept {
       return "ring_offer";
     case MsgKind::kRndvImm:
       return "rndv_imm";
+    case MsgKind::kRingWithdraw:
+      return "ring_withdraw";
+    case MsgKind::kRingReleased:
+      return "ring_released";
   }
   return "unknown";
 }

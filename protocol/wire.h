@@ -39,27 +39,31 @@ static_assert(std::endian::native == std::endian::little,
 // 2: kRndvData, CtsBody.flags, FinBody.flags (rendezvous). 3: kBatch (coalesced eager sends).
 // 4: kRingOffer and ring_ack (the RDMA-write eager ring, ring.h). 5: RtsBody.rkey/addr,
 // kCtsFlagRead, kFinFlagReadDone (the receiver reads a share of a rendezvous message).
-// 6: kRndvImm (the shared-memory channel's write-with-immediate).
-inline constexpr std::uint8_t kWireVersion = 6;
+// 6: kRndvImm (the shared-memory channel's write-with-immediate). 7: kRingWithdraw,
+// kRingReleased (a worker that sleeps takes its eager rings back).
+inline constexpr std::uint8_t kWireVersion = 7;
 
 enum class MsgKind : std::uint8_t {
-  kInvalid = 0,     // a zeroed buffer must never validate
-  kEager = 1,       // tagged data, payload follows the header
-  kEagerSync = 2,   // tagged data for MPI_Ssend: the receiver answers kMatchAck once matched
-  kAck = 3,         // stand-alone cumulative ack (UD), not sequenced, never retransmitted
-  kMatchAck = 4,    // "your kEagerSync was matched": aux = sender's request slot (echoed)
-  kRts = 5,         // rendezvous request-to-send, tagged; body RtsBody
-  kCts = 6,         // rendezvous clear-to-send; body CtsBody
-  kFin = 7,         // rendezvous finished or failed; body FinBody
-  kConnect = 8,     // connection set-up (UD -> RC wire-up); payload is transport-defined
-  kDisconnect = 9,  // the sender is tearing the connection down; nothing follows
-  kRndvData = 10,   // rendezvous copy path: bytes of a granted message; body DataBody
-  kBatch = 11,      // several kEager messages in one (batch.h): aux = their count
-  kRingOffer = 12,  // RC: "write your small messages into this ring of mine"; body RingBody
-  kRndvImm = 13,    // shared memory: the last rendezvous write is in place; aux = its imm (host
-                    // order), what IBV_WC_RECV_RDMA_WITH_IMM carries over the device
+  kInvalid = 0,        // a zeroed buffer must never validate
+  kEager = 1,          // tagged data, payload follows the header
+  kEagerSync = 2,      // tagged data for MPI_Ssend: the receiver answers kMatchAck once matched
+  kAck = 3,            // stand-alone cumulative ack (UD), not sequenced, never retransmitted
+  kMatchAck = 4,       // "your kEagerSync was matched": aux = sender's request slot (echoed)
+  kRts = 5,            // rendezvous request-to-send, tagged; body RtsBody
+  kCts = 6,            // rendezvous clear-to-send; body CtsBody
+  kFin = 7,            // rendezvous finished or failed; body FinBody
+  kConnect = 8,        // connection set-up (UD -> RC wire-up); payload is transport-defined
+  kDisconnect = 9,     // the sender is tearing the connection down; nothing follows
+  kRndvData = 10,      // rendezvous copy path: bytes of a granted message; body DataBody
+  kBatch = 11,         // several kEager messages in one (batch.h): aux = their count
+  kRingOffer = 12,     // RC: "write your small messages into this ring of mine"; body RingBody
+  kRndvImm = 13,       // shared memory: the last rendezvous write is in place; aux = its imm (host
+                       // order), what IBV_WC_RECV_RDMA_WITH_IMM carries over the device
+  kRingWithdraw = 14,  // RC: "write no more into the ring I gave you"; answered by kRingReleased
+  kRingReleased = 15,  // RC: "I write no more into your ring": every message I wrote there has
+                       // a Seq before this one's
 };
-inline constexpr std::uint8_t kMsgKindCount = 14;  // one past the last valid kind
+inline constexpr std::uint8_t kMsgKindCount = 16;  // one past the last valid kind
 
 std::string_view to_string(MsgKind kind) noexcept;
 

@@ -486,6 +486,14 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
       on_ring_offer(peer, protocol::load_wire<protocol::RingBody>(body));
       release();
       return;
+    case protocol::MsgKind::kRingWithdraw:
+      on_ring_withdraw(peer);
+      release();
+      return;
+    case protocol::MsgKind::kRingReleased:
+      close_rx_ring(peer);  // in order: everything it wrote into the ring came before
+      release();
+      return;
     case protocol::MsgKind::kRndvImm:
       if (peer.shm.on()) {  // over the device the immediate comes with the write itself
         rndv_->on_imm(h.aux);

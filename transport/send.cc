@@ -187,7 +187,7 @@ void Worker::flush_peer(Peer& peer) {
       peer.rc.grant_due = false;
     }
   }
-  if (peer.rc.ring_offer_due && !post_ring_offer(peer)) {
+  if (peer.rc.ring_messages_due() && !post_ring_messages(peer)) {
     return;  // what follows needs the same resources
   }
   std::size_t done = 0;
@@ -229,7 +229,7 @@ void Worker::flush_listed_peers() {
     Peer& p = *flush_list_[i];
     flush_peer(p);
     if (p.state == PeerState::kConnected &&
-        (p.has_waiting() || p.rc.grant_due || p.rc.ring_offer_due || p.batch.count() != 0)) {
+        (p.has_waiting() || p.rc.grant_due || p.rc.ring_messages_due() || p.batch.count() != 0)) {
       flush_list_[keep++] = &p;
     } else {
       p.flush_listed = false;
@@ -319,6 +319,7 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   }
   peer.pending_match_acks.clear();
   peer.batch.clear();
+  close_rx_ring(peer);  // it writes no more (a sleeper no longer waits for its kRingReleased)
   if (peer.ud.tx) {
     release_ud_window(peer);
   }

@@ -21,20 +21,26 @@ namespace rdmx::transport {
 bool Worker::needs_progress() const noexcept {
   return done_head_ != nullptr || shared_done_.load(std::memory_order_relaxed) != nullptr ||
          !failed_uids_.empty() || !flush_list_.empty() || pools_moved_ || rndv_->has_pending() ||
-         !wqp_retired_.empty() || !wqp_connect_list_.empty() || !ring_peers_.empty() ||
-         shm_ != nullptr;
+         !wqp_retired_.empty() || !wqp_connect_list_.empty() || open_rings_ != 0 || shm_ != nullptr;
 }
 
 // UD's resends and acks and the connection timers; the watchdogs while signalled sends are out
 // (they complete, with an event, unless rxe stalled one after RNR NAKs: the RC watchdog kicks
 // it), a UD QP is in error (the watchdog recovers it; until then it receives nothing) or the
-// port is down (the watchdog fails the worker if it stays down for peer_timeout_ms). While
-// nothing of that is pending, a sleeper wakes for nothing but completions and async events, and
-// nothing probes its peers.
-std::uint64_t Worker::next_deadline_us() const noexcept {
+// port is down (the watchdog fails the worker if it stays down for peer_timeout_ms). And while
+// requests wait (or a probe found nothing), the liveness probes of quiet peers (liveness.cc): a
+// peer silent for T / kLiveProbeDiv is probed, so a sleeper wakes that long after arming and
+// the watchdog looks. Without it, a sleeper whose receive or flush waits on a peer that died
+// slept for ever: nothing of a dead peer makes a completion. An RC probe is a signalled write,
+// which the watchdog then follows; UD pings one per T / kLiveProbeDiv, as this deadline wakes
+// it. While nothing waits, a sleeper wakes for nothing but completions and async events.
+std::uint64_t Worker::next_deadline_us(std::uint64_t now) const noexcept {
   std::uint64_t next = std::min(next_ud_timer_us_, next_connect_timer_us_);
   if (ud_qps_in_error_ != 0 || port_down_us_ != 0 || send_completions_expected()) {
     next = std::min(next, next_watchdog_us_);
+  } else if (active_head_ != nullptr || probe_waiting_.load(std::memory_order_relaxed)) {
+    const std::uint64_t quiet_us = std::uint64_t{config_.peer_timeout_ms} * 1000 / kLiveProbeDiv;
+    next = std::min(next, std::max(next_watchdog_us_, now + quiet_us));
   }
   return next;
 }
@@ -73,11 +79,17 @@ int Worker::arm() {
     if (next_ud_timer_us_ != protocol::kNoDeadline) {
       run_ud_timers(now_us(), /*acks_now=*/true);
     }
+    // Ring writes make no completion: the worker takes its rings back, and sleeps once every
+    // writer has answered (busy until then: needs_progress).
+    if (open_rings_ != 0) {
+      withdraw_rings();
+    }
     if (events > 0 || flushed || failed_code_ != failed_before || needs_progress()) {
       return RDMX_ERR_BUSY;
     }
-    const std::uint64_t deadline = next_deadline_us();
-    if (deadline <= now_us()) {
+    const std::uint64_t now = now_us();
+    const std::uint64_t deadline = next_deadline_us(now);
+    if (deadline <= now) {
       return RDMX_ERR_BUSY;  // due since housekeeping looked
     }
     wake_->set_deadline(deadline);

@@ -213,8 +213,10 @@ void Worker::dump() const {
       std::fprintf(stderr, " ring out %u/%u taken", p->rc.tx_ring.sent, p->rc.tx_ring.taken);
     }
     if (p->rc.rx_ring) {
-      std::fprintf(stderr, " ring in %u taken %u unreported", p->rc.rx_ring->taken(),
-                   p->rc.rx_ring->unreported());
+      std::fprintf(
+          stderr, " ring in %u taken %u unreported%s", p->rc.rx_ring->taken(),
+          p->rc.rx_ring->unreported(),
+          p->rc.rx_ring_open ? (p->rc.ring_withdrawn ? " (withdrawing)" : "") : " (taken back)");
     }
     std::fprintf(stderr, "\n");
   }

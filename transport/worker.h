@@ -399,7 +399,7 @@ class Worker {
   // After housekeeping: work that progress calls must do and neither a completion nor the
   // wake timer would announce; and the earliest deadline for the timer (wakeup.cc).
   bool needs_progress() const noexcept;
-  std::uint64_t next_deadline_us() const noexcept;
+  std::uint64_t next_deadline_us(std::uint64_t now_us) const noexcept;
   void create_send_contexts();
   // MULTI (threads.cc): the worker lock and the caller's context in tx_; with the lock held,
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited
@@ -709,6 +709,13 @@ class Worker {
   void offer_ring(Peer& peer);
   bool post_ring_offer(Peer& peer);  // false: no send resource now, flush_peer retries
   void on_ring_offer(Peer& peer, const protocol::RingBody& body);
+  // A sleeper takes its rings back (rdmx_worker_arm): kRingWithdraw to each writer, which
+  // stops and answers kRingReleased; no ring is offered after.
+  void withdraw_rings();
+  void on_ring_withdraw(Peer& peer);
+  void close_rx_ring(Peer& peer) noexcept;
+  // The ring messages the peer is owed, in order; false: one waits for a send resource.
+  bool post_ring_messages(Peer& peer);
   int poll_rings();
   int poll_ring(Peer& peer);
   // An RC header's two acks for the reverse direction: our credit limit (kFlagAckValid) and how
@@ -882,6 +889,8 @@ class Worker {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<std::uint64_t, std::uint32_t> peer_by_uid_;
   std::vector<Peer*> ring_peers_;  // peers we gave a ring (ring i of the slab), polled by progress
+  std::uint32_t open_rings_ = 0;   // ... whose writer may still write (rx_ring_open)
+  bool rings_withdrawn_ = false;   // a sleeper took its rings back: none is offered again
   // Shared memory: our segment (its rings are node-local peers' messages to us), the read side of
   // each claimed ring with the peer that writes it (bound at its first message), and the
   // rendezvous copies done whose completions the engine has not had yet (never from inside a

@@ -260,14 +260,18 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
  * completion nor the deadline would announce: completions or callbacks not yet handed over, a
  * queued send just posted (a request without a callback may have completed: the caller tests
  * it again), sends waiting for credits, a pool at its low watermark, rendezvous steps, a
- * rendezvous connection being made; and always while the worker has a shared-memory segment
- * (RDMX_SHM=1, the default) or has given eager rings (RC), whose messages make no completion:
- * RDMX_SHM=0 and RDMX_RING_PEERS=0 for a worker that sleeps. The caller then calls
+ * rendezvous connection being made; while peers may still write into the eager rings it gave
+ * (RC), whose writes make no completion: the first such arming asks them to stop and the
+ * worker arms once they have answered (one round trip; it offers no ring after); and always
+ * while the worker has a shared-memory segment (RDMX_SHM=1, the default): RDMX_SHM=0 for a
+ * worker that sleeps. The caller then calls
  * rdmx_worker_progress and arms again. Arming polls the completion queues once, for what came
  * while it armed (RDMX_ERR_BUSY if anything did; the next progress call hands it over); it runs
- * no callbacks. While the caller sleeps with no signalled send in flight (and the port up)
- * nothing probes its peers: a peer that dies while only receives wait for it is found at the
- * next progress. */
+ * no callbacks. While requests wait (a receive, a synchronous send's match, a rendezvous), the
+ * deadline also covers the liveness probes of quiet peers: the sleeper wakes peer_timeout_ms / 4
+ * after arming and probes a peer it has heard nothing from, so a peer that dies while only
+ * receives wait for it fails them as for a caller that progresses. While nothing waits, nothing
+ * probes its peers. */
 int rdmx_worker_event_fd(rdmx_worker_t* worker, int* fd);
 int rdmx_worker_arm(rdmx_worker_t* worker);
 uint64_t rdmx_worker_uid(const rdmx_worker_t* worker);

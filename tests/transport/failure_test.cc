@@ -271,6 +271,62 @@ TEST_P(PeerFailure, KilledPeerFailsWaitingReceives) {
   }));
 }
 
+// The same receive, waited for by a sleeper as UCP's (progress, rdmx_worker_arm, sleep until
+// the event fd is readable): nothing of a dead peer makes a completion, so arming must set the
+// fd's timer for the liveness probes (wakeup.cc, next_deadline_us). Before, the sleeper armed
+// with no deadline and slept for ever. Each sleep may last the whole detection bound: the fd has
+// to wake it.
+void sleeper_config(rdmx_config_t& c) {
+  short_timeout(c);
+  c.shm = 0;         // a worker with a shared-memory segment never arms
+  c.ring_peers = 0;  // nor one that gave eager rings
+}
+
+TEST_P(PeerFailure, KilledPeerFailsTheReceiveOfASleepingWorker) {
+  const rdmx_transport_t t = GetParam();
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s = open_session(rank, device_for(rank.rank(), true), t, sleeper_config);
+    quiesce(rank, s);
+    rank.barrier();
+    if (rank.rank() == 1) {
+      acknowledge_everything(s);
+      _exit(0);  // dies without a word
+    }
+    int fd = -1;
+    RDMX_CHECK_OK(rank, rdmx_worker_event_fd(s.worker, &fd));
+    std::uint32_t in = 0;
+    rdmx_request_t r;
+    RDMX_CHECK_OK(
+        rank, rdmx_tag_recv(s.worker, &in, sizeof(in), s.uids[1], 5, ~0ull, &r, nullptr, nullptr));
+    const double bound_s = quiet_detection_bound_s(t);
+    const auto t0 = std::chrono::steady_clock::now();
+    int sleeps = 0;
+    rdmx_status_t st{};
+    int rc = RDMX_INPROGRESS;
+    while ((rc = rdmx_request_test(&r, &st)) == RDMX_INPROGRESS) {
+      if (seconds_since(t0) > bound_s) {
+        rdmx::transport::debug::dump(s.worker);
+        rank.fail(__FILE__, __LINE__, "the sleeper's receive from a killed peer did not fail");
+      }
+      if (rdmx_worker_arm(s.worker) == RDMX_OK) {
+        if (!readable(fd, static_cast<int>(bound_s * 1000))) {
+          rank.fail(__FILE__, __LINE__,
+                    "armed while its receive waited on a killed peer, the sleeper was never woken");
+        }
+        ++sleeps;
+      }
+      (void)rdmx_worker_progress(s.worker);
+    }
+    const double secs = seconds_since(t0);
+    std::printf("%s: a sleeper's receive from a killed peer failed after %.2f s, %d sleeps\n",
+                tname(t), secs, sleeps);
+    RDMX_CHECK_EQ(rank, rc, RDMX_ERR_UNREACHABLE);
+    RDMX_CHECK_EQ(rank, st.source, s.uids[1]);
+    RDMX_CHECK(rank, sleeps >= 2);  // it slept before the probe, and after
+    close_session(rank, s);
+  }));
+}
+
 TEST_P(PeerFailure, ProbeLoopOnKilledPeerEnds) {
   const rdmx_transport_t t = GetParam();
   EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {

@@ -199,6 +199,94 @@ TEST(Wakeup, AUdSenderSleepsUntilItsResendDeadline) {
       RunOptions{.timeout = std::chrono::seconds(60)}));
 }
 
+// Rank `from` sends `n` 8-byte messages to rank 0 (tags from `tag`), which checks each; every
+// rank then quiesces.
+void stream_to_rank0(Rank& rank, Session& s, int from, std::uint64_t tag, int n) {
+  std::vector<std::uint64_t> words(static_cast<std::size_t>(n));
+  std::vector<rdmx_request_t> reqs(static_cast<std::size_t>(n));
+  if (rank.rank() == from || rank.rank() == 0) {
+    for (int i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if (rank.rank() == from) {
+        words[k] = tag * 1000 + k;
+        RDMX_CHECK_OK(
+            rank, rdmx_tag_send(s.eps[0], &words[k], 8, tag + k, 0, &reqs[k], nullptr, nullptr));
+      } else {
+        RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &words[k], 8, s.uids[from], tag + k, kExact,
+                                          &reqs[k], nullptr, nullptr));
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &reqs[k], nullptr, "stream"));
+      RDMX_CHECK_EQ(rank, words[k], tag * 1000 + k);
+    }
+  }
+  quiesce(rank, s);
+}
+
+// An RC worker that gave a peer an eager ring arms: a ring write makes no completion, so its
+// first arming takes the ring back (kRingWithdraw; the peer answers kRingReleased behind its
+// last ring message: channel/rc_ring.cc) and is busy until the answer is in; then it sleeps,
+// and the peer's next message, which now goes by the SRQs, wakes it. No ring is offered again,
+// to that peer or another (rank 2 sends its first messages after the sleep). Before, such a
+// worker never armed (settle_and_arm failed after 20 s).
+TEST(Wakeup, ARcWorkerTakesItsRingsBackToSleep) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(
+      3,
+      [](Rank& rank) {
+        Session s = open_session(rank, device_for(rank.rank(), false), RDMX_TRANSPORT_RC,
+                                 [](rdmx_config_t& c) {
+                                   c.shm = 0;
+                                   c.coalesce = 0;  // each message counts towards the offer
+                                 });
+        quiesce(rank, s);
+        rdmx_worker_t* const w = s.worker;
+        stream_to_rank0(rank, s, 1, 1000, 64);  // rank 0 offers rank 1 a ring after 16
+        stream_to_rank0(rank, s, 1, 2000, 64);  // ... which these are written into
+        rdmx_stats_t ringed{};
+        RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &ringed));
+        if (rank.rank() == 0) {
+          RDMX_CHECK_EQ(rank, ringed.ring_peers, std::uint64_t{1});
+          RDMX_CHECK(rank, ringed.ring_recvs > 0);
+        }
+        int fd = -1;
+        RDMX_CHECK_OK(rank, rdmx_worker_event_fd(w, &fd));
+        settle_and_arm(rank, w, fd, /*sleeper=*/rank.rank() == 0);
+        rank.barrier();  // rank 0 sleeps
+        std::vector<std::uint8_t> buf(kLen);
+        rdmx_request_t req;
+        if (rank.rank() == 1) {
+          for (std::size_t k = 0; k < kLen; ++k) {
+            buf[k] = pattern(3, k);
+          }
+          RDMX_CHECK_OK(rank,
+                        rdmx_tag_send(s.eps[0], buf.data(), 8, 60, 0, &req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "send to the sleeper"));
+        } else if (rank.rank() == 0) {
+          RDMX_CHECK(rank, readable(fd, 20000));
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(w, buf.data(), buf.size(), s.uids[1], 60, kExact, &req,
+                                            nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, &st, "woken receive"));
+          RDMX_CHECK_EQ(rank, st.length, std::size_t{8});
+          for (std::size_t k = 0; k < 8; ++k) {
+            RDMX_CHECK_EQ(rank, buf[k], pattern(3, k));
+          }
+        }
+        stream_to_rank0(rank, s, 2, 3000, 64);  // by the SRQs: no ring offered to rank 2
+        stream_to_rank0(rank, s, 1, 4000, 64);  // nor again to rank 1
+        rdmx_stats_t after{};
+        RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &after));
+        RDMX_CHECK_EQ(rank, after.ring_peers, ringed.ring_peers);
+        RDMX_CHECK_EQ(rank, after.ring_recvs, ringed.ring_recvs);
+        RDMX_CHECK_EQ(rank, after.ring_sends, ringed.ring_sends);
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(90)}));
+}
+
 // A worker with a shared-memory segment (the default) never arms: a node-local peer's message
 // makes no completion, so a sleeper would miss it.
 TEST(Wakeup, AWorkerWithSharedMemoryDoesNotArm) {

@@ -9,8 +9,10 @@
 #   short, bcopy or zcopy for the transport's puts and gets); the others are UCP's
 #   (UCX_TLS=TL,self): tag matching, whose rendezvous moves data by get_zcopy, and UCP's put/get,
 #   by the transport's puts and gets. A UCP case with layout "sleep" waits in ucp_worker_wait
-#   (-E sleep: UCP_FEATURE_WAKEUP, which takes only a transport with send and receive events),
-#   with RDMX_RING_PEERS=0 so that an rdmx_rc worker arms (a ring write makes no completion).
+#   (-E sleep: UCP_FEATURE_WAKEUP, which takes only a transport with send and receive events).
+#   Over rdmx_rc each side gives the other an eager ring after 16 messages, and its next arming
+#   takes it back (a ring write makes no completion): with RDMX_VERBOSE=2 both say so, which
+#   the case requires.
 set -u
 lib=$1 tl=$2
 shift 2
@@ -42,7 +44,7 @@ for c in "$@"; do
   iters=${rest%%:*} layout='' waitmode='' rings=''
   [ "$rest" = "$iters" ] || layout="-D ${rest#*:}"
   if [ "$layout" = "-D sleep" ]; then
-    layout='' waitmode='-E sleep' rings=RDMX_RING_PEERS=0
+    layout='' waitmode='-E sleep' rings=RDMX_VERBOSE=2
   fi
   port=$((port + 1))
   if [ "$t" = am_lat ] || [ "$t" = put_bw ] || [ "$t" = put_lat ] || [ "$t" = get ]; then
@@ -70,6 +72,20 @@ for c in "$@"; do
     echo "--- server (exit $src):"; cat "$dir/server"
     echo "FAIL: $tl $t $size"
     exit 1
+  fi
+  if [ -n "$waitmode" ] && [ "$tl" = rdmx_rc ]; then
+    gave=''
+    for side in server client; do
+      grep -q '^rdmx: eager ring ' "$dir/$side" || continue
+      gave="$gave $side"
+      if ! grep -q '^rdmx: eager rings taken back' "$dir/$side"; then
+        echo "--- $side:"; grep '^rdmx: ' "$dir/$side" | head -20
+        echo "FAIL: $tl $t $size: the $side did not take back the eager ring it gave before sleeping"
+        exit 1
+      fi
+    done
+    [ -n "$gave" ] || { echo "FAIL: $tl $t $size: no side gave an eager ring"; exit 1; }
+    echo "  eager rings given, and taken back to sleep, by:$gave"
   fi
 done
 # Peers with different SEG_SIZEs (an AM of one would not fit the other's receives) must not

@@ -52,6 +52,16 @@ struct RcPeer {
   std::optional<eager::RecvRing> rx_ring;  // a ring of Worker::ring_slab_
   std::uint32_t ring_countdown = 0;
   bool ring_offer_due = false;  // our kRingOffer waits for a send resource (flush_peer)
+  // Taking our ring back (a worker that sleeps: rc_ring.cc). rx_ring_open until the peer's
+  // kRingReleased has been delivered; ring_withdrawn once we asked for it. The kRingWithdraw we
+  // owe, or the kRingReleased we owe the peer for its ring, wait for a resource as the offer.
+  bool rx_ring_open = false;
+  bool ring_withdrawn = false;
+  bool ring_withdraw_due = false;
+  bool ring_release_due = false;
+  bool ring_messages_due() const noexcept {
+    return ring_offer_due || ring_withdraw_due || ring_release_due;
+  }
   // Watchdog: send completions seen, and the snapshot the watchdog last compared with. A peer
   // whose sends make no progress for peer_timeout_ms is declared dead even if the device never
   // reports the retry exhaustion (rxe on 6.1 did not, for a killed peer).

@@ -25,9 +25,19 @@
 // so the SRQ credit scheme stays as it was. Memory: one slab of ring_peers rings, registered at
 // the first offer (a constant, whatever the number of peers); rings are given on first come and
 // live as long as the worker (the slab's MR goes after the QPs, before the PD).
+//
+// Sleeping (rdmx_worker_arm, wakeup.cc): a ring write makes no completion, so a worker whose
+// peers may still write into its rings cannot sleep on its event fd. Its first arming takes
+// them back, and no ring is offered after (a worker that sleeps gains little from them):
+//
+//   kRingWithdraw                                   ─> tx_ring cleared: every later message
+//                                                      goes by the SRQs
+//   rx_ring_open = false once this is delivered     <── kRingReleased (sequenced: every ring
+//   in order; with no ring open, arming may sleep      message of this peer came before it)
 #include <algorithm>
 #include <cstdio>
 #include <new>
+#include <utility>
 
 #include "transport/worker.h"
 #include "verbs/error.h"
@@ -35,7 +45,8 @@
 namespace rdmx::transport {
 
 void Worker::offer_ring(Peer& p) {
-  if (ring_peers_.size() >= res_.ring_peers || p.rc.rx_ring || p.state != PeerState::kConnected) {
+  if (ring_peers_.size() >= res_.ring_peers || p.rc.rx_ring || p.state != PeerState::kConnected ||
+      rings_withdrawn_) {
     return;
   }
   // The peer writes a message and its footer inline: the slot is no larger than its inline size.
@@ -66,6 +77,8 @@ void Worker::offer_ring(Peer& p) {
   const auto index = static_cast<std::uint32_t>(ring_peers_.size());
   p.rc.rx_ring.emplace(ring_slab_->ring(index), res_.ring_slots, slot_size);
   ring_peers_.push_back(&p);
+  p.rc.rx_ring_open = true;
+  ++open_rings_;
   if (config_.verbose >= 2) {
     std::fprintf(stderr, "rdmx: eager ring %u (%u x %u B) for %016llx\n", index, res_.ring_slots,
                  slot_size, static_cast<unsigned long long>(p.uid));
@@ -108,6 +121,58 @@ void Worker::on_ring_offer(Peer& p, const protocol::RingBody& b) {
                         .head = 0,
                         .sent = 0,
                         .taken = 0};
+}
+
+void Worker::withdraw_rings() {
+  rings_withdrawn_ = true;
+  if (config_.verbose >= 2) {
+    std::fprintf(stderr,
+                 "rdmx: eager rings taken back (%u open): this worker sleeps on its event fd, "
+                 "and a ring write makes no completion\n",
+                 open_rings_);
+  }
+  for (Peer* p : ring_peers_) {
+    if (p->rc.rx_ring_open && !p->rc.ring_withdrawn) {
+      p->rc.ring_withdrawn = true;
+      p->rc.ring_withdraw_due = true;
+      (void)post_ring_messages(*p);
+    }
+  }
+}
+
+void Worker::on_ring_withdraw(Peer& p) {
+  if (ud_mode_) {
+    ++stat_dropped_malformed_;  // UD workers give no rings
+    return;
+  }
+  p.rc.tx_ring = TxRing{};  // nothing fits a ring of no slots: the SRQs carry what follows
+  p.rc.ring_release_due = true;
+  (void)post_ring_messages(p);
+}
+
+void Worker::close_rx_ring(Peer& p) noexcept {
+  if (p.rc.rx_ring_open) {
+    p.rc.rx_ring_open = false;
+    --open_rings_;
+  }
+}
+
+bool Worker::post_ring_messages(Peer& p) {
+  if (p.rc.ring_offer_due && !post_ring_offer(p)) {
+    return false;
+  }
+  for (auto [due, kind] : {std::pair{&p.rc.ring_withdraw_due, protocol::MsgKind::kRingWithdraw},
+                           std::pair{&p.rc.ring_release_due, protocol::MsgKind::kRingReleased}}) {
+    if (!*due) {
+      continue;
+    }
+    if (post_message(p, kind, 0, 0, nullptr, 0, nullptr, 0) == PostResult::kNoResource) {
+      list_for_flush(p);
+      return false;
+    }
+    *due = false;  // posted, or lost with the connection
+  }
+  return true;
 }
 
 }  // namespace rdmx::transport
