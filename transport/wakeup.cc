@@ -80,8 +80,9 @@ int Worker::arm() {
       run_ud_timers(now_us(), /*acks_now=*/true);
     }
     // Ring writes make no completion: the worker takes its rings back, and sleeps once every
-    // writer has answered (busy until then: needs_progress).
-    if (open_rings_ != 0) {
+    // writer has answered (busy until then: needs_progress). Not with a shared-memory segment,
+    // which never lets it sleep.
+    if (open_rings_ != 0 && !rings_withdrawn_ && shm_ == nullptr) {
       withdraw_rings();
     }
     if (events > 0 || flushed || failed_code_ != failed_before || needs_progress()) {

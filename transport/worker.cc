@@ -216,7 +216,7 @@ void Worker::dump() const {
       std::fprintf(
           stderr, " ring in %u taken %u unreported%s", p->rc.rx_ring->taken(),
           p->rc.rx_ring->unreported(),
-          p->rc.rx_ring_open ? (p->rc.ring_withdrawn ? " (withdrawing)" : "") : " (taken back)");
+          p->rc.rx_ring_open ? (p->rc.ring_withdrawn ? " (withdrawing)" : "") : " (closed)");
     }
     std::fprintf(stderr, "\n");
   }

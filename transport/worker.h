@@ -707,14 +707,14 @@ class Worker {
 
   // --- RC eager rings (channel/rc_ring.cc, protocol/ring.h)
   void offer_ring(Peer& peer);
-  bool post_ring_offer(Peer& peer);  // false: no send resource now, flush_peer retries
   void on_ring_offer(Peer& peer, const protocol::RingBody& body);
   // A sleeper takes its rings back (rdmx_worker_arm): kRingWithdraw to each writer, which
   // stops and answers kRingReleased; no ring is offered after.
   void withdraw_rings();
   void on_ring_withdraw(Peer& peer);
   void close_rx_ring(Peer& peer) noexcept;
-  // The ring messages the peer is owed, in order; false: one waits for a send resource.
+  // The ring messages the peer is owed (offer, withdraw, release), in that order; false: one
+  // waits for a send resource, and flush_peer retries.
   bool post_ring_messages(Peer& peer);
   int poll_rings();
   int poll_ring(Peer& peer);

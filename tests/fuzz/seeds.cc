@@ -173,6 +173,8 @@ std::vector<std::pair<std::string, Bytes>> messages() {
   offer.flags = kFlagRingAck;
   offer.ring_ack = 12;
   out.emplace_back("ring_offer", message(offer, {}, wire(ring)));
+  out.emplace_back("ring_withdraw", message(header(MsgKind::kRingWithdraw), {}));
+  out.emplace_back("ring_released", message(header(MsgKind::kRingReleased), {}));
   return out;
 }
 

@@ -279,7 +279,7 @@ TEST_P(PeerFailure, KilledPeerFailsWaitingReceives) {
 void sleeper_config(rdmx_config_t& c) {
   short_timeout(c);
   c.shm = 0;         // a worker with a shared-memory segment never arms
-  c.ring_peers = 0;  // nor one that gave eager rings
+  c.ring_peers = 0;  // no ring to take back first (its writer, dead, would never answer)
 }
 
 TEST_P(PeerFailure, KilledPeerFailsTheReceiveOfASleepingWorker) {

@@ -359,7 +359,7 @@ TEST_F(PortFault, ASleeperWakesForItsPortAndFailsWhenItStaysDown) {
             open_session(rank, device_for(rank.rank(), true), RDMX_TRANSPORT_UD, [](auto& c) {
               short_timeout(c);
               c.shm = 0;         // a worker with a segment never arms
-              c.ring_peers = 0;  // nor one with rings
+              c.ring_peers = 0;  // no ring to take back first
             });
         int fd = -1;
         RDMX_CHECK_OK(rank, rdmx_worker_event_fd(s.worker, &fd));

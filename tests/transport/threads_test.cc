@@ -987,23 +987,33 @@ TEST(Threads, IdleTurnsNapPastTheThreshold) {
       RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &st));
       return std::pair{st.idle_yields, st.idle_naps};
     };
-    // 100 ms of idle turns on a thread of its own (its clock steps until it has measured the
-    // TSC's rate: kIdleLoopGapUs).
-    const auto idle_for_100ms = [&](std::uint32_t nap_after_us) {
+    // Idle turns on a thread of its own (its clock steps until it has measured the TSC's rate:
+    // kIdleLoopGapUs) for at least 100 ms, and until `done` or 3 s: a turn more than the loop
+    // gap after the last starts the count again, and a loaded guest (ci/test at -j2) can
+    // deschedule the thread for that long, so one 100-ms try was not always enough.
+    const auto idle_until = [&](std::uint32_t nap_after_us, const auto& done) {
       std::thread([&] {
         const auto t0 = std::chrono::steady_clock::now();
-        while (seconds_since(t0) < 0.1) {
+        int turns = 0;
+        int busy = 0;
+        while (seconds_since(t0) < 0.1 || (!done() && seconds_since(t0) < 3.0)) {
           const int found = rdmx_worker_progress(w);
           RDMX_CHECK(rank, found >= 0);
           rdmx_worker_idle(w, found, 20, nap_after_us);
+          ++turns;
+          busy += found != 0 ? 1 : 0;
         }
+        const auto [y, n] = counts();
+        std::printf("nap_after_us %u: %d turns (%d busy) in %.3f s: %llu yields, %llu naps\n",
+                    nap_after_us, turns, busy, seconds_since(t0),
+                    static_cast<unsigned long long>(y), static_cast<unsigned long long>(n));
       }).join();
     };
     const auto [yields, naps] = counts();
-    idle_for_100ms(RDMX_IDLE_NEVER);
+    idle_until(RDMX_IDLE_NEVER, [&] { return counts().first > yields; });
     RDMX_CHECK(rank, counts().first > yields);
     RDMX_CHECK_EQ(rank, counts().second, naps);
-    idle_for_100ms(1000);
+    idle_until(1000, [&] { return counts().second > naps; });
     RDMX_CHECK(rank, counts().second > naps);
     rdmx_worker_destroy(w);
   }));

@@ -84,23 +84,7 @@ void Worker::offer_ring(Peer& p) {
                  slot_size, static_cast<unsigned long long>(p.uid));
   }
   p.rc.ring_offer_due = true;
-  (void)post_ring_offer(p);
-}
-
-bool Worker::post_ring_offer(Peer& p) {
-  const eager::RecvRing& r = *p.rc.rx_ring;
-  const protocol::RingBody body{.addr = r.addr(),
-                                .rkey = ring_slab_->rkey(),
-                                .slots = r.slots(),
-                                .slot_size = r.slot_size(),
-                                .reserved = 0};
-  if (post_message(p, protocol::MsgKind::kRingOffer, 0, 0, &body, sizeof(body), nullptr, 0) ==
-      PostResult::kNoResource) {
-    list_for_flush(p);
-    return false;
-  }
-  p.rc.ring_offer_due = false;  // posted, or lost with the connection
-  return true;
+  (void)post_ring_messages(p);
 }
 
 void Worker::on_ring_offer(Peer& p, const protocol::RingBody& b) {
@@ -127,16 +111,22 @@ void Worker::withdraw_rings() {
   rings_withdrawn_ = true;
   if (config_.verbose >= 2) {
     std::fprintf(stderr,
-                 "rdmx: eager rings taken back (%u open): this worker sleeps on its event fd, "
-                 "and a ring write makes no completion\n",
+                 "rdmx: taking back %u eager ring(s): this worker sleeps on its event fd, and a "
+                 "ring write makes no completion\n",
                  open_rings_);
   }
   for (Peer* p : ring_peers_) {
-    if (p->rc.rx_ring_open && !p->rc.ring_withdrawn) {
-      p->rc.ring_withdrawn = true;
-      p->rc.ring_withdraw_due = true;
-      (void)post_ring_messages(*p);
+    if (!p->rc.rx_ring_open) {
+      continue;
     }
+    p->rc.ring_withdrawn = true;
+    if (p->rc.ring_offer_due) {
+      p->rc.ring_offer_due = false;  // never offered: nothing to take back
+      close_rx_ring(*p);
+      continue;
+    }
+    p->rc.ring_withdraw_due = true;
+    (void)post_ring_messages(*p);
   }
 }
 
@@ -151,15 +141,29 @@ void Worker::on_ring_withdraw(Peer& p) {
 }
 
 void Worker::close_rx_ring(Peer& p) noexcept {
-  if (p.rc.rx_ring_open) {
-    p.rc.rx_ring_open = false;
-    --open_rings_;
+  if (!p.rc.rx_ring_open) {
+    return;
+  }
+  p.rc.rx_ring_open = false;
+  if (--open_rings_ == 0 && rings_withdrawn_ && config_.verbose >= 2) {
+    std::fprintf(stderr, "rdmx: every eager ring taken back: this worker may sleep\n");
   }
 }
 
 bool Worker::post_ring_messages(Peer& p) {
-  if (p.rc.ring_offer_due && !post_ring_offer(p)) {
-    return false;
+  if (p.rc.ring_offer_due) {
+    const eager::RecvRing& r = *p.rc.rx_ring;
+    const protocol::RingBody body{.addr = r.addr(),
+                                  .rkey = ring_slab_->rkey(),
+                                  .slots = r.slots(),
+                                  .slot_size = r.slot_size(),
+                                  .reserved = 0};
+    if (post_message(p, protocol::MsgKind::kRingOffer, 0, 0, &body, sizeof(body), nullptr, 0) ==
+        PostResult::kNoResource) {
+      list_for_flush(p);
+      return false;
+    }
+    p.rc.ring_offer_due = false;  // posted, or lost with the connection
   }
   for (auto [due, kind] : {std::pair{&p.rc.ring_withdraw_due, protocol::MsgKind::kRingWithdraw},
                            std::pair{&p.rc.ring_release_due, protocol::MsgKind::kRingReleased}}) {
