@@ -491,11 +491,7 @@ inline void Worker::deliver(Peer& peer, MsgDesc* held, const protocol::MsgHeader
       release();
       return;
     case protocol::MsgKind::kRingReleased:
-      if (peer.rc.ring_withdrawn) {
-        close_rx_ring(peer);  // in order: everything it wrote into the ring came before
-      } else {
-        ++stat_dropped_malformed_;  // unasked: the ring stays open
-      }
+      on_ring_released(peer);
       release();
       return;
     case protocol::MsgKind::kRndvImm:

@@ -712,6 +712,7 @@ class Worker {
   // stops and answers kRingReleased; no ring is offered after.
   void withdraw_rings();
   void on_ring_withdraw(Peer& peer);
+  void on_ring_released(Peer& peer);
   void close_rx_ring(Peer& peer) noexcept;
   // The ring messages the peer is owed (offer, withdraw, release), in that order; false: one
   // waits for a send resource, and flush_peer retries.

@@ -261,7 +261,8 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
  * queued send just posted (a request without a callback may have completed: the caller tests
  * it again), sends waiting for credits, a pool at its low watermark, rendezvous steps, a
  * rendezvous connection being made; while peers may still write into the eager rings it gave
- * (RC), whose writes make no completion: the first such arming asks them to stop, and the
+ * (RC), whose writes make no completion: the first such arming (without a shared-memory
+ * segment, below) asks them to stop, and the
  * worker arms once each has answered, at its next progress call (until then the caller
  * progresses and arms again; the worker offers no ring after); and always
  * while the worker has a shared-memory segment (RDMX_SHM=1, the default): RDMX_SHM=0 for a

@@ -1004,12 +1004,14 @@ TEST(Threads, IdleTurnsNapPastTheThreshold) {
           busy += found != 0 ? 1 : 0;
         }
         const auto [y, n] = counts();
-        std::printf("nap_after_us %u: %d turns (%d busy) in %.3f s: %llu yields, %llu naps\n",
-                    nap_after_us, turns, busy, seconds_since(t0),
-                    static_cast<unsigned long long>(y), static_cast<unsigned long long>(n));
+        std::fprintf(stderr,
+                     "nap_after_us %u: %d turns (%d busy) in %.3f s: %llu yields, %llu naps\n",
+                     nap_after_us, turns, busy, seconds_since(t0),
+                     static_cast<unsigned long long>(y), static_cast<unsigned long long>(n));
       }).join();
     };
-    const auto [yields, naps] = counts();
+    const std::uint64_t yields = counts().first;
+    const std::uint64_t naps = counts().second;
     idle_until(RDMX_IDLE_NEVER, [&] { return counts().first > yields; });
     RDMX_CHECK(rank, counts().first > yields);
     RDMX_CHECK_EQ(rank, counts().second, naps);

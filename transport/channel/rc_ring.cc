@@ -140,13 +140,22 @@ void Worker::on_ring_withdraw(Peer& p) {
   (void)post_ring_messages(p);
 }
 
-void Worker::close_rx_ring(Peer& p) noexcept {
-  if (!p.rc.rx_ring_open) {
+// Delivered in order: everything the peer wrote into the ring came before.
+void Worker::on_ring_released(Peer& p) {
+  if (!p.rc.ring_withdrawn || !p.rc.rx_ring_open) {
+    ++stat_dropped_malformed_;  // unasked: an open ring stays open
     return;
   }
-  p.rc.rx_ring_open = false;
-  if (--open_rings_ == 0 && rings_withdrawn_ && config_.verbose >= 2) {
+  close_rx_ring(p);
+  if (open_rings_ == 0 && config_.verbose >= 2) {
     std::fprintf(stderr, "rdmx: every eager ring taken back: this worker may sleep\n");
+  }
+}
+
+void Worker::close_rx_ring(Peer& p) noexcept {
+  if (p.rc.rx_ring_open) {
+    p.rc.rx_ring_open = false;
+    --open_rings_;
   }
 }
 
