@@ -213,10 +213,9 @@ void Worker::dump() const {
       std::fprintf(stderr, " ring out %u/%u taken", p->rc.tx_ring.sent, p->rc.tx_ring.taken);
     }
     if (p->rc.rx_ring) {
-      std::fprintf(
-          stderr, " ring in %u taken %u unreported%s", p->rc.rx_ring->taken(),
-          p->rc.rx_ring->unreported(),
-          p->rc.rx_ring_open ? (p->rc.ring_withdrawn ? " (withdrawing)" : "") : " (closed)");
+      std::fprintf(stderr, " ring in %u taken %u unreported%s", p->rc.rx_ring->taken(),
+                   p->rc.rx_ring->unreported(),
+                   p->rc.rx_ring_open ? (rings_withdrawn_ ? " (withdrawing)" : "") : " (closed)");
     }
     std::fprintf(stderr, "\n");
   }

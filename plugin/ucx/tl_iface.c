@@ -1178,7 +1178,8 @@ static int uct_rdmx_iface_has_work(uct_rdmx_iface_t* iface) {
 
 /* Sends and receives share one completion channel: any completion wakes, whichever events
  * were asked for. rdmx refuses to arm while it has work of its own, and while peers may still
- * write into the eager rings it gave (its first arming takes them back: one round trip). */
+ * write into the eager rings it gave (its first arming takes them back; arming is busy until
+ * each writer has answered). */
 static ucs_status_t uct_rdmx_iface_event_arm(uct_iface_h tl_iface, unsigned events) {
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
   int rc;

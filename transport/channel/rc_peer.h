@@ -53,10 +53,10 @@ struct RcPeer {
   std::uint32_t ring_countdown = 0;
   bool ring_offer_due = false;  // our kRingOffer waits for a send resource (flush_peer)
   // Taking our ring back (a worker that sleeps: rc_ring.cc). rx_ring_open until the peer's
-  // kRingReleased has been delivered; ring_withdrawn once we asked for it. The kRingWithdraw we
-  // owe, or the kRingReleased we owe the peer for its ring, wait for a resource as the offer.
+  // kRingReleased has been delivered (a ring still open once the worker withdrew its rings is
+  // being withdrawn: none opens after). The kRingWithdraw we owe, or the kRingReleased we owe
+  // the peer for its ring, wait for a resource as the offer.
   bool rx_ring_open = false;
-  bool ring_withdrawn = false;
   bool ring_withdraw_due = false;
   bool ring_release_due = false;
   bool ring_messages_due() const noexcept {

@@ -119,7 +119,6 @@ void Worker::withdraw_rings() {
     if (!p->rc.rx_ring_open) {
       continue;
     }
-    p->rc.ring_withdrawn = true;
     if (p->rc.ring_offer_due) {
       p->rc.ring_offer_due = false;  // never offered: nothing to take back
       close_rx_ring(*p);
@@ -142,7 +141,7 @@ void Worker::on_ring_withdraw(Peer& p) {
 
 // Delivered in order: everything the peer wrote into the ring came before.
 void Worker::on_ring_released(Peer& p) {
-  if (!p.rc.ring_withdrawn || !p.rc.rx_ring_open) {
+  if (!rings_withdrawn_ || !p.rc.rx_ring_open) {
     ++stat_dropped_malformed_;  // unasked: an open ring stays open
     return;
   }
