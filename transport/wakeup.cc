@@ -17,11 +17,17 @@ namespace rdmx::transport {
 
 // What housekeeping left that no completion or deadline would announce: what progress hands
 // over, sends waiting in the flush list, pools to refill, rendezvous steps, write-QP work, and
-// the channels progress polls in memory (shared memory, eager rings).
+// the channels progress polls in memory (shared memory, eager rings not being taken back).
 bool Worker::needs_progress() const noexcept {
   return done_head_ != nullptr || shared_done_.load(std::memory_order_relaxed) != nullptr ||
          !failed_uids_.empty() || !flush_list_.empty() || pools_moved_ || rndv_->has_pending() ||
-         !wqp_retired_.empty() || !wqp_connect_list_.empty() || open_rings_ != 0 || shm_ != nullptr;
+         !wqp_retired_.empty() || !wqp_connect_list_.empty() ||
+         (open_rings_ != 0 && !rings_withdrawn_) || shm_ != nullptr;
+}
+
+bool Worker::rings_written() const noexcept {
+  return std::any_of(ring_peers_.begin(), ring_peers_.end(),
+                     [](const Peer* p) { return p->rc.rx_ring_open && p->rc.rx_ring->written(); });
 }
 
 // UD's resends and acks and the connection timers; the watchdogs while signalled sends are out
@@ -33,9 +39,14 @@ bool Worker::needs_progress() const noexcept {
 // the watchdog looks. Without it, a sleeper whose receive or flush waits on a peer that died
 // slept for ever: nothing of a dead peer makes a completion. An RC probe is a signalled write,
 // which the watchdog then follows; UD pings one per T / kLiveProbeDiv, as this deadline wakes
-// it. While nothing waits, a sleeper wakes for nothing but completions and async events.
+// it. Rings being taken back (a writer has not answered yet) are looked at every
+// kRingWithdrawPollUs. While nothing waits, a sleeper wakes for nothing but completions and async
+// events.
 std::uint64_t Worker::next_deadline_us(std::uint64_t now) const noexcept {
   std::uint64_t next = std::min(next_ud_timer_us_, next_connect_timer_us_);
+  if (open_rings_ != 0) {
+    next = std::min(next, now + kRingWithdrawPollUs);
+  }
   if (ud_qps_in_error_ != 0 || port_down_us_ != 0 || send_completions_expected()) {
     next = std::min(next, next_watchdog_us_);
   } else if (active_head_ != nullptr || probe_waiting_.load(std::memory_order_relaxed)) {
@@ -79,13 +90,14 @@ int Worker::arm() {
     if (next_ud_timer_us_ != protocol::kNoDeadline) {
       run_ud_timers(now_us(), /*acks_now=*/true);
     }
-    // Ring writes make no completion: the worker takes its rings back, and sleeps once every
-    // writer has answered (busy until then: needs_progress). Not with a shared-memory segment,
-    // which never lets it sleep.
+    // Ring writes make no completion: the worker takes its rings back. Until every writer has
+    // answered it sleeps on a short timer, and busy while a ring holds a message. Not with a
+    // shared-memory segment, which never lets it sleep.
     if (open_rings_ != 0 && !rings_withdrawn_ && shm_ == nullptr) {
       withdraw_rings();
     }
-    if (events > 0 || flushed || failed_code_ != failed_before || needs_progress()) {
+    if (events > 0 || flushed || failed_code_ != failed_before || needs_progress() ||
+        rings_written()) {
       return RDMX_ERR_BUSY;
     }
     const std::uint64_t now = now_us();
@@ -101,7 +113,8 @@ int Worker::arm() {
     return RDMX_ERR_IO;
   }
   // A completion that came after the caller's last progress and before the arming made no
-  // event: look once. What this finds, the next progress call hands over.
+  // event: look once. What this finds, the next progress call hands over. (A ring message written
+  // from here on waits for the timer.)
   return poll_cqs() == 0 ? RDMX_OK : RDMX_ERR_BUSY;
 }
 

@@ -83,6 +83,10 @@ inline constexpr std::uint8_t kPoolRing = 0xfe;
 // eager_rdma_threshold was 16), and a progress call takes at most kRingPollBatch per ring.
 inline constexpr std::uint32_t kRingOfferAfter = 16;
 inline constexpr int kRingPollBatch = 16;
+// A sleeper whose rings are being taken back (a writer has not answered kRingWithdraw yet) wakes
+// this often to look at them (wakeup.cc): a ring write makes no completion, and the writer may not
+// progress for long. A message written meanwhile waits at most this long.
+inline constexpr std::uint64_t kRingWithdrawPollUs = 1000;
 
 // Queue sizes (see README "Defaults").
 inline constexpr std::uint32_t kRcSendDepth = 128;  // WRs per RC QP for messages
@@ -400,6 +404,7 @@ class Worker {
   // wake timer would announce; and the earliest deadline for the timer (wakeup.cc).
   bool needs_progress() const noexcept;
   std::uint64_t next_deadline_us(std::uint64_t now_us) const noexcept;
+  bool rings_written() const noexcept;  // the next slot of an open ring holds a message
   void create_send_contexts();
   // MULTI (threads.cc): the worker lock and the caller's context in tx_; with the lock held,
   // tx_ = the calling thread's context (cached, found, made, or taken over from an exited

@@ -260,11 +260,11 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
  * completion nor the deadline would announce: completions or callbacks not yet handed over, a
  * queued send just posted (a request without a callback may have completed: the caller tests
  * it again), sends waiting for credits, a pool at its low watermark, rendezvous steps, a
- * rendezvous connection being made; while peers may still write into the eager rings it gave
- * (RC), whose writes make no completion: the first such arming (without a shared-memory
- * segment, below) asks them to stop, and the
- * worker arms once each has answered, at its next progress call (until then the caller
- * progresses and arms again; the worker offers no ring after); and always
+ * rendezvous connection being made; while an eager ring it gave (RC) holds a message, since
+ * ring writes make no completion: the first arming with rings open (without a shared-memory
+ * segment, below) asks their writers to stop, each answering at its next progress call; until
+ * then the deadline is at most 1 ms ahead, so that the sleeper looks at the rings, and the
+ * worker offers no ring after; and always
  * while the worker has a shared-memory segment (RDMX_SHM=1, the default): RDMX_SHM=0 for a
  * worker that sleeps. The caller then calls
  * rdmx_worker_progress and arms again. Arming polls the completion queues once, for what came

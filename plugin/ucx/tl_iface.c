@@ -1178,8 +1178,8 @@ static int uct_rdmx_iface_has_work(uct_rdmx_iface_t* iface) {
 
 /* Sends and receives share one completion channel: any completion wakes, whichever events
  * were asked for. rdmx refuses to arm while it has work of its own, and while peers may still
- * write into the eager rings it gave (its first arming takes them back; arming is busy until
- * each writer has answered). */
+ * write into the eager rings it gave and one holds a message (its first arming takes them back;
+ * until each writer has answered it sleeps on a 1-ms timer that looks at them). */
 static ucs_status_t uct_rdmx_iface_event_arm(uct_iface_h tl_iface, unsigned events) {
   uct_rdmx_iface_t* iface = ucs_derived_of(tl_iface, uct_rdmx_iface_t);
   int rc;

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmx/rdmx.h"
@@ -225,32 +227,39 @@ void stream_to_rank0(Rank& rank, Session& s, int from, std::uint64_t tag, int n)
   quiesce(rank, s);
 }
 
+// An RC session (shared memory off) in which rank 0 gave rank 1 an eager ring and took messages
+// from it; `ringed`: the worker's counters then.
+Session open_ringed_session(Rank& rank, rdmx_stats_t* ringed) {
+  Session s =
+      open_session(rank, device_for(rank.rank(), false), RDMX_TRANSPORT_RC, [](rdmx_config_t& c) {
+        c.shm = 0;
+        c.coalesce = 0;  // each message counts towards the offer
+      });
+  quiesce(rank, s);
+  stream_to_rank0(rank, s, 1, 1000, 64);  // rank 0 offers rank 1 a ring after 16
+  stream_to_rank0(rank, s, 1, 2000, 64);  // ... which these are written into
+  RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, ringed));
+  if (rank.rank() == 0) {
+    RDMX_CHECK_EQ(rank, ringed->ring_peers, std::uint64_t{1});
+    RDMX_CHECK(rank, ringed->ring_recvs > 0);
+  }
+  return s;
+}
+
 // An RC worker that gave a peer an eager ring arms: a ring write makes no completion, so its
 // first arming takes the ring back (kRingWithdraw; the peer answers kRingReleased behind its
-// last ring message: channel/rc_ring.cc) and is busy until the answer is in; then it sleeps,
-// and the peer's next message, which now goes by the SRQs, wakes it. No ring is offered again,
-// to that peer or another (rank 2 sends its first messages after the sleep). Before, such a
-// worker never armed (settle_and_arm failed after 20 s).
+// last ring message: channel/rc_ring.cc) and sleeps only on a short timer until the answer is
+// in; then it sleeps for good, and the peer's next message, which now goes by the SRQs, wakes it.
+// No ring is offered again, to that peer or another (rank 2 sends its first messages after the
+// sleep). Before, such a worker never armed (settle_and_arm failed after 20 s).
 TEST(Wakeup, ARcWorkerTakesItsRingsBackToSleep) {
   RDMX_REQUIRE_DEVICE();
   ASSERT_TRUE(run_ranks(
       3,
       [](Rank& rank) {
-        Session s = open_session(rank, device_for(rank.rank(), false), RDMX_TRANSPORT_RC,
-                                 [](rdmx_config_t& c) {
-                                   c.shm = 0;
-                                   c.coalesce = 0;  // each message counts towards the offer
-                                 });
-        quiesce(rank, s);
-        rdmx_worker_t* const w = s.worker;
-        stream_to_rank0(rank, s, 1, 1000, 64);  // rank 0 offers rank 1 a ring after 16
-        stream_to_rank0(rank, s, 1, 2000, 64);  // ... which these are written into
         rdmx_stats_t ringed{};
-        RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &ringed));
-        if (rank.rank() == 0) {
-          RDMX_CHECK_EQ(rank, ringed.ring_peers, std::uint64_t{1});
-          RDMX_CHECK(rank, ringed.ring_recvs > 0);
-        }
+        Session s = open_ringed_session(rank, &ringed);
+        rdmx_worker_t* const w = s.worker;
         int fd = -1;
         RDMX_CHECK_OK(rank, rdmx_worker_event_fd(w, &fd));
         settle_and_arm(rank, w, fd, /*sleeper=*/rank.rank() == 0);
@@ -285,6 +294,70 @@ TEST(Wakeup, ARcWorkerTakesItsRingsBackToSleep) {
         } else {
           RDMX_CHECK_EQ(rank, after.ring_sends, ringed.ring_sends);  // nothing into rank 0's
         }
+        close_session(rank, s);
+      },
+      RunOptions{.timeout = std::chrono::seconds(90)}));
+}
+
+// The same while the writer does not progress (it computes, say), so has not answered
+// kRingWithdraw: the sleeper sleeps on a short timer (kRingWithdrawPollUs) that looks at the
+// ring, rather than spinning until the writer's next progress call, and a message the writer puts
+// in the ring meanwhile, which makes no completion, is found at the next look. Before, every
+// arming was busy until the writer progressed ("slept 0 times").
+TEST(Wakeup, ASleeperLooksAtItsRingsUntilTheirWriterAnswers) {
+  RDMX_REQUIRE_DEVICE();
+  ASSERT_TRUE(run_ranks(
+      2,
+      [](Rank& rank) {
+        rdmx_stats_t ringed{};
+        Session s = open_ringed_session(rank, &ringed);
+        rdmx_worker_t* const w = s.worker;
+        int fd = -1;
+        RDMX_CHECK_OK(rank, rdmx_worker_event_fd(w, &fd));
+        std::uint64_t word = 0;
+        rdmx_request_t req;
+        rank.barrier();  // rank 1 stops progressing
+        if (rank.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          word = 0x5eed0001;
+          RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[0], &word, 8, 70, 0, &req, nullptr, nullptr));
+          rdmx_stats_t sent{};
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &sent));
+          RDMX_CHECK_EQ(rank, sent.ring_sends, ringed.ring_sends + 1);  // into the ring
+          rank.barrier();                                               // rank 0 has it
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "send into the ring"));
+        } else {
+          RDMX_CHECK_OK(rank,
+                        rdmx_tag_recv(w, &word, 8, s.uids[1], 70, kExact, &req, nullptr, nullptr));
+          int sleeps = 0;
+          double longest = 0;
+          rdmx_status_t st{};
+          int rc = RDMX_INPROGRESS;
+          const auto t0 = std::chrono::steady_clock::now();
+          while (rc == RDMX_INPROGRESS && seconds_since(t0) < 20.0) {
+            (void)rdmx_worker_progress(w);
+            rc = rdmx_request_test(&req, &st);
+            if (rc == RDMX_INPROGRESS && rdmx_worker_arm(w) == RDMX_OK) {
+              ++sleeps;
+              const auto t1 = std::chrono::steady_clock::now();
+              RDMX_CHECK(rank, readable(fd, 3000));  // the timer, at the latest
+              longest = std::max(longest, seconds_since(t1));
+            }
+          }
+          RDMX_CHECK_OK(rank, rc);
+          RDMX_CHECK_EQ(rank, word, std::uint64_t{0x5eed0001});
+          rdmx_stats_t got{};
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &got));
+          RDMX_CHECK_EQ(rank, got.ring_recvs, ringed.ring_recvs + 1);
+          // It slept through the writer's 0.5 s, each time until the timer (1 ms) or longer: a
+          // deadline in the past would wake it at once, every time.
+          std::fprintf(stderr, "[rank 0] slept %d times, longest %.4f s\n", sleeps, longest);
+          RDMX_CHECK(rank, sleeps >= 10 && longest >= 0.0009);
+          rank.barrier();
+        }
+        // The writer progresses again and answers: the sleeper then sleeps without the timer.
+        settle_and_arm(rank, w, fd, /*sleeper=*/rank.rank() == 0);
+        quiesce(rank, s);
         close_session(rank, s);
       },
       RunOptions{.timeout = std::chrono::seconds(90)}));

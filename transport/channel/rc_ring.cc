@@ -33,7 +33,8 @@
 //   kRingWithdraw                                   ─> tx_ring cleared: every later message
 //                                                      goes by the SRQs
 //   rx_ring_open = false once this is delivered     <── kRingReleased (sequenced: every ring
-//   in order; with no ring open, arming may sleep      message of this peer came before it)
+//   in order; until then arming sleeps on a timer      message of this peer came before it)
+//   that looks at the rings (kRingWithdrawPollUs)
 #include <algorithm>
 #include <cstdio>
 #include <new>
