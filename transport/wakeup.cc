@@ -17,7 +17,8 @@ namespace rdmx::transport {
 
 // What housekeeping left that no completion or deadline would announce: what progress hands
 // over, sends waiting in the flush list, pools to refill, rendezvous steps, write-QP work, and
-// the channels progress polls in memory (shared memory, eager rings not being taken back).
+// the channels progress polls in memory (shared memory, eager rings not being taken back: with
+// no segment, arming has taken them back before it asks, so this holds only beside shm_).
 bool Worker::needs_progress() const noexcept {
   return done_head_ != nullptr || shared_done_.load(std::memory_order_relaxed) != nullptr ||
          !failed_uids_.empty() || !flush_list_.empty() || pools_moved_ || rndv_->has_pending() ||

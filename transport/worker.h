@@ -85,7 +85,8 @@ inline constexpr std::uint32_t kRingOfferAfter = 16;
 inline constexpr int kRingPollBatch = 16;
 // A sleeper whose rings are being taken back (a writer has not answered kRingWithdraw yet) wakes
 // this often to look at them (wakeup.cc): a ring write makes no completion, and the writer may not
-// progress for long. A message written meanwhile waits at most this long.
+// progress for long. A message written meanwhile waits about this long (plus the wake's own
+// time); a writer that lives but never progresses costs the sleeper a wake per period.
 inline constexpr std::uint64_t kRingWithdrawPollUs = 1000;
 
 // Queue sizes (see README "Defaults").

@@ -253,7 +253,8 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
  * reports an async event (a port down, a fatal error), or once the worker's next deadline passes:
  * UD's resends, a connection's timers, and the watchdog (every 100 ms) while signalled sends are
  * in flight, a UD QP is in error or the port is down (the worker fails if it stays down for
- * peer_timeout_ms), and the liveness probes while requests wait (below). Arming first runs what
+ * peer_timeout_ms), the liveness probes while requests wait (below), and a look at the eager
+ * rings being taken back (below) every millisecond. Arming first runs what
  * progress would do that is due (queued sends and credit grants are posted, due timers and
  * watchdogs run, pools are refilled) and sends every owed UD acknowledgement; it then returns
  * RDMX_ERR_BUSY, arming nothing, while work is left that needs progress calls and neither a
@@ -262,9 +263,9 @@ void rdmx_worker_idle(rdmx_worker_t* worker, int events, uint32_t yield_after_us
  * it again), sends waiting for credits, a pool at its low watermark, rendezvous steps, a
  * rendezvous connection being made; while an eager ring it gave (RC) holds a message, since
  * ring writes make no completion: the first arming with rings open (without a shared-memory
- * segment, below) asks their writers to stop, each answering at its next progress call; until
- * then the deadline is at most 1 ms ahead, so that the sleeper looks at the rings, and the
- * worker offers no ring after; and always
+ * segment, below) asks their writers to stop, each answering at its next progress call (until
+ * then the deadline is at most 1 ms ahead, so that the sleeper looks at the rings; the worker
+ * offers no ring after); and always
  * while the worker has a shared-memory segment (RDMX_SHM=1, the default): RDMX_SHM=0 for a
  * worker that sleeps. The caller then calls
  * rdmx_worker_progress and arms again. Arming polls the completion queues once, for what came

@@ -279,7 +279,7 @@ TEST_P(PeerFailure, KilledPeerFailsWaitingReceives) {
 void sleeper_config(rdmx_config_t& c) {
   short_timeout(c);
   c.shm = 0;         // a worker with a shared-memory segment never arms
-  c.ring_peers = 0;  // no ring to take back first (its writer, dead, would never answer)
+  c.ring_peers = 0;  // no ring to take back (its dead writer never answers: 1-ms wakes till then)
 }
 
 TEST_P(PeerFailure, KilledPeerFailsTheReceiveOfASleepingWorker) {

@@ -302,8 +302,9 @@ TEST(Wakeup, ARcWorkerTakesItsRingsBackToSleep) {
 // The same while the writer does not progress (it computes, say), so has not answered
 // kRingWithdraw: the sleeper sleeps on a short timer (kRingWithdrawPollUs) that looks at the
 // ring, rather than spinning until the writer's next progress call, and a message the writer puts
-// in the ring meanwhile, which makes no completion, is found at the next look. Before, every
-// arming was busy until the writer progressed ("slept 0 times").
+// in the ring meanwhile, which makes no completion, is found at the next look; one written while
+// it does not progress makes arming busy. Before, every arming was busy until the writer
+// progressed ("slept 0 times").
 TEST(Wakeup, ASleeperLooksAtItsRingsUntilTheirWriterAnswers) {
   RDMX_REQUIRE_DEVICE();
   ASSERT_TRUE(run_ranks(
@@ -325,7 +326,14 @@ TEST(Wakeup, ASleeperLooksAtItsRingsUntilTheirWriterAnswers) {
           RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &sent));
           RDMX_CHECK_EQ(rank, sent.ring_sends, ringed.ring_sends + 1);  // into the ring
           rank.barrier();                                               // rank 0 has it
+          std::uint64_t second = 0x5eed0002;
+          rdmx_request_t req2;
+          RDMX_CHECK_OK(rank, rdmx_tag_send(s.eps[0], &second, 8, 71, 0, &req2, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &sent));
+          RDMX_CHECK_EQ(rank, sent.ring_sends, ringed.ring_sends + 2);
+          rank.barrier();  // written
           RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "send into the ring"));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req2, nullptr, "second send into the ring"));
         } else {
           RDMX_CHECK_OK(rank,
                         rdmx_tag_recv(w, &word, 8, s.uids[1], 70, kExact, &req, nullptr, nullptr));
@@ -353,7 +361,35 @@ TEST(Wakeup, ASleeperLooksAtItsRingsUntilTheirWriterAnswers) {
           // deadline in the past would wake it at once, every time.
           std::fprintf(stderr, "[rank 0] slept %d times, longest %.4f s\n", sleeps, longest);
           RDMX_CHECK(rank, sleeps >= 10 && longest >= 0.0009);
-          rank.barrier();
+          // A ring message not yet taken makes arming busy as soon as it lands (no progress
+          // between): the sleeper does not wait for the timer to find it. Settled first, so that
+          // nothing else makes it busy.
+          int armed = RDMX_ERR_BUSY;
+          const auto t2 = std::chrono::steady_clock::now();
+          while (armed != RDMX_OK && seconds_since(t2) < 5.0) {
+            (void)rdmx_worker_progress(w);
+            armed = rdmx_worker_arm(w);
+          }
+          RDMX_CHECK_EQ(rank, armed, RDMX_OK);
+          rank.barrier();  // rank 0 has it: the writer writes again
+          rank.barrier();  // written
+          while (armed == RDMX_OK && seconds_since(t2) < 10.0) {
+            armed = rdmx_worker_arm(w);
+            if (armed == RDMX_OK) {
+              RDMX_CHECK(rank, readable(fd, 3000));
+            }
+          }
+          RDMX_CHECK_EQ(rank, armed, RDMX_ERR_BUSY);
+          for (int i = 0; i < 5; ++i) {  // and stays busy until progress takes the message
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            RDMX_CHECK_EQ(rank, rdmx_worker_arm(w), RDMX_ERR_BUSY);
+          }
+          RDMX_CHECK_OK(rank,
+                        rdmx_tag_recv(w, &word, 8, s.uids[1], 71, kExact, &req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, w, &req, nullptr, "second ring message"));
+          RDMX_CHECK_EQ(rank, word, std::uint64_t{0x5eed0002});
+          RDMX_CHECK_OK(rank, rdmx_worker_stats(w, &got));
+          RDMX_CHECK_EQ(rank, got.ring_recvs, ringed.ring_recvs + 2);
         }
         // The writer progresses again and answers: the sleeper then sleeps without the timer.
         settle_and_arm(rank, w, fd, /*sleeper=*/rank.rank() == 0);

@@ -148,7 +148,8 @@ void Worker::on_ring_released(Peer& p) {
   }
   close_rx_ring(p);
   if (open_rings_ == 0 && config_.verbose >= 2) {
-    std::fprintf(stderr, "rdmx: every eager ring taken back: this worker may sleep\n");
+    std::fprintf(stderr,
+                 "rdmx: every eager ring taken back: this worker sleeps without the ring timer\n");
   }
 }
 
