@@ -223,6 +223,20 @@ int rdmx_tag_inject_header(rdmx_ep_t* ep, uint64_t header, const void* buffer, s
   return w.tag_inject(*ep->peer, bytes, tag, flags);
 }
 
+int rdmx_tag_send_zcopy(rdmx_ep_t* ep, const void* head, size_t head_length, const void* buffer,
+                        size_t length, uint32_t lkey, uint64_t tag, rdmx_request_t* request,
+                        rdmx_callback_t callback, void* user_data) {
+  if (ep == nullptr || ep->peer == nullptr || ep->worker == nullptr) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  const Locked held(*ep->worker, /*own=*/true);
+  if (held.error() != RDMX_OK) [[unlikely]] {
+    return held.error();
+  }
+  return ep->worker->tag_send_zcopy(*ep->peer, SendBytes{head, head_length, buffer, length}, lkey,
+                                    tag, rdmx::transport::to_request(request), callback, user_data);
+}
+
 struct ibv_pd* rdmx_worker_pd(rdmx_worker_t* worker) {
   return worker == nullptr ? nullptr : worker->impl->pd();
 }

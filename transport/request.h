@@ -24,7 +24,8 @@ struct RecvNode : protocol::PostedRecv {
   Request* owner = nullptr;
 };
 
-// kRma: a put or get (rma.cc), done when its work request completes.
+// kRma: a put or get (rma.cc) or a zero-copy send (rdmx_tag_send_zcopy), done when its work
+// request completes.
 enum class ReqType : std::uint8_t { kNone = 0, kSend = 1, kRecv = 2, kRma = 3 };
 
 // A request's life. Every change goes through move_to() below, checked against kReqMoves, but
@@ -90,7 +91,7 @@ struct Request {
   const void* send_buffer;
   std::uint32_t sync_slot;  // RDMX_SEND_SYNC: index into the thread's sync slots
   std::uint32_t rndv;       // rendezvous send: the engine's transfer word (0: none)
-  std::uint32_t rma_desc;   // put or get: the send descriptor of its work request
+  std::uint32_t rma_desc;   // put, get, zero-copy send: the send descriptor of its WR
   std::uint16_t thread;
   bool active;  // linked in the worker's active list
 };

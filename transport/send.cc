@@ -445,6 +445,42 @@ int Worker::tag_inject(Peer& peer, const void* buffer, std::size_t length, std::
   return inject_now(peer, SendBytes{nullptr, 0, buffer, length}, tag, flags);
 }
 
+int Worker::tag_send_zcopy(Peer& peer, const SendBytes& bytes, std::uint32_t lkey,
+                           std::uint64_t tag, Request* r, rdmx_callback_t callback,
+                           void* user_data) {
+  if (r == nullptr || !bytes.injectable(0) || (bytes.head == nullptr && bytes.head_length != 0) ||
+      bytes.head_length > RDMX_ZCOPY_MAX_HEAD) {
+    return RDMX_ERR_INVALID_PARAM;
+  }
+  if (ud_mode_ || peer.shm.on()) {
+    // UD keeps a copy of every message for its resends; shared memory copies anyway.
+    return RDMX_ERR_UNSUPPORTED;
+  }
+  if (peer.state == PeerState::kFailed) [[unlikely]] {
+    return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
+  }
+  // send_now's conditions, but for coalescing: a message the caller did not copy is not packed.
+  const std::size_t length = bytes.total();
+  if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected || !peer.rc_ready ||
+      peer.has_waiting() || peer.batch.count() != 0) {
+    return RDMX_ERR_NO_RESOURCE;
+  }
+  init_request(r, ReqType::kRma, callback, user_data);
+  protocol::MsgHeader h = message_header(peer, protocol::MsgKind::kEager, tag, 0, length);
+  const PostResult res = post_rc_gather(*tx_->send, peer, h, bytes, lkey, r);
+  if (res != PostResult::kPosted) {
+    move_to(r, ReqState::kIdle);
+    return res == PostResult::kNoResource ? RDMX_ERR_NO_RESOURCE : RDMX_ERR_IO;
+  }
+  r->peer = &peer;
+  r->status.length = length;
+  r->status.tag = tag;
+  r->status.source = peer.uid;
+  activate(r);  // teardown fails it (cancel_rma), as a put
+  peer.send_epoch = progress_calls_;
+  return RDMX_OK;
+}
+
 int Worker::tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                      unsigned flags, Request* r, rdmx_callback_t callback, void* user_data) {
   if (r == nullptr || (buffer == nullptr && length != 0) ||

@@ -249,6 +249,10 @@ class Worker {
   int tag_inject(Peer& peer, const SendBytes& bytes, std::uint64_t tag, unsigned flags);
   int tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                  unsigned flags);
+  // rdmx_tag_send_zcopy (the caller holds the lock in MULTI mode): the checks and send_now's
+  // leave-now conditions, then post_rc_gather.
+  int tag_send_zcopy(Peer& peer, const SendBytes& bytes, std::uint32_t lkey, std::uint64_t tag,
+                     Request* request, rdmx_callback_t callback, void* user_data);
   // rdmx_tag_send and rdmx_tag_inject in MULTI mode (threads.cc): an eager send that leaves at
   // once (or, for rdmx_tag_send, joins an open batch) does so under the shared side of the worker
   // lock (send_shared, send_request_shared), the rest under the lock.
@@ -579,6 +583,14 @@ class Worker {
                                             protocol::MsgHeader& header, const void* body,
                                             std::size_t body_length, const void* payload,
                                             std::size_t length);
+  // post_rc's steps that post_rc_gather shares: room on the class's QP and in the peer's
+  // credits; the sequence number, credit grant and ring ack every RC message carries.
+  [[gnu::always_inline]] bool rc_admit(eager::SendPool& pool, Peer& peer, int cls);
+  [[gnu::always_inline]] void rc_stamp(Peer& peer, protocol::MsgHeader& header);
+  // rdmx_tag_send_zcopy's post (rc_send.cc): header and head from a bounce buffer, the data
+  // from the caller's registration (lkey); a signalled WR whose completion completes `r`.
+  PostResult post_rc_gather(eager::SendPool& pool, Peer& peer, protocol::MsgHeader& header,
+                            const SendBytes& bytes, std::uint32_t lkey, Request* r);
   [[gnu::always_inline]] PostResult post_ud(eager::SendPool& pool, Peer& peer,
                                             protocol::MsgHeader& header, const void* body,
                                             std::size_t body_length, const void* payload,

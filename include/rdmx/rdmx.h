@@ -342,6 +342,26 @@ int rdmx_tag_inject(rdmx_ep_t* ep, const void* buffer, size_t length, uint64_t t
  * rdmx_tag_inject. */
 int rdmx_tag_inject_header(rdmx_ep_t* ep, uint64_t header, const void* buffer, size_t length,
                            uint64_t tag, unsigned flags);
+/* A zero-copy eager send that leaves now or not at all (as rdmx_tag_inject), of one message made
+ * of `head_length` bytes at `head` (at most RDMX_ZCOPY_MAX_HEAD; copied before the call returns)
+ * then `length` bytes at `buffer`, registered in the worker's protection domain (rdmx_worker_pd)
+ * with lkey `lkey`, which the adapter reads after the call returns: the request completes when
+ * the send's completion arrives, and the buffer is the caller's again. For a host that sends from
+ * memory it has registered, with a header of its own in front (UCT's am_zcopy). The receiver sees
+ * an ordinary message of head_length + length bytes, in order with the other sends to the peer.
+ * Over RC only, at most the eager size (RDMX_LARGE_BUF) in all. Returns RDMX_OK once posted; the
+ * request's status then: length and tag, source = the peer's uid; error RDMX_OK, RDMX_ERR_IO
+ * when the device refused it (an lkey or address outside a registration: the connection fails
+ * with it, as a put's would), RDMX_ERR_UNREACHABLE when the peer failed first, RDMX_ERR_CANCELED
+ * at rdmx_worker_destroy. Refused with nothing done: RDMX_ERR_NO_RESOURCE when it cannot leave
+ * at once (rdmx_tag_inject's reasons; a burst being packed too) or is of rendezvous size, where
+ * the caller copies or sends with rdmx_tag_send; RDMX_ERR_UNSUPPORTED over UD (which keeps a
+ * copy of each message for its resends) and to a peer reached through shared memory;
+ * RDMX_ERR_UNREACHABLE (a failed peer), RDMX_ERR_INVALID_PARAM. */
+#define RDMX_ZCOPY_MAX_HEAD 64
+int rdmx_tag_send_zcopy(rdmx_ep_t* ep, const void* head, size_t head_length, const void* buffer,
+                        size_t length, uint32_t lkey, uint64_t tag, rdmx_request_t* request,
+                        rdmx_callback_t callback, void* user_data);
 /* RDMX_ERR_UNREACHABLE (nothing accepted) when `source` is a peer found dead and none of the
  * messages it sent before dying matches. */
 int rdmx_tag_recv(rdmx_worker_t* worker, void* buffer, size_t length, uint64_t source, uint64_t tag,

@@ -61,9 +61,12 @@
  *                  the peer (an AM and a put go on different QPs, so nothing orders them else).
  *
  * Handlers run from uct_iface_progress, never from inside rdmx (rdmx callbacks must not call
- * rdmx; a handler sends). No am_zcopy: rdmx copies an eager message into its own registered
- * buffers whatever the caller's memory is, so it would be am_bcopy by another name, and UCP's
- * rendezvous takes larger ones zero-copy by get_zcopy. No get_short (rc_verbs has none either).
+ * rdmx; a handler sends). am_zcopy over rdmx_rc only (rdmx_tag_send_zcopy): one SEND gathers
+ * the header and UCP's head from a bounce buffer and the payload from the caller's registered
+ * memory, and completes on its work completion. Over UD, rdmx keeps a copy of every message to
+ * resend it, so a zcopy would be a bcopy by another name; a refusal (a peer over shared memory, a
+ * full ring or stream) falls back to a bcopy that completes at once. UCP's rendezvous takes the
+ * larger ones zero-copy by get_zcopy. No get_short (rc_verbs has none either).
  */
 /* UCX's internal headers read their build configuration (ENABLE_DEBUG_DATA ...). */
 #include "config.h"
@@ -674,6 +677,69 @@ static ucs_status_t uct_rdmx_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t* iov, 
                                           uint64_t remote_addr, uct_rkey_t rkey,
                                           uct_completion_t* comp) {
   return uct_rdmx_ep_rma_zcopy(tl_ep, 1, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+/* The header and the caller's registered payload go as one message by rdmx_tag_send_zcopy (a
+ * SEND of two SGEs: the payload is not copied), completed by its send completion as a put is
+ * (an operation descriptor; progress runs `comp`). Where rdmx cannot send it at once (earlier AMs
+ * wait in rdmx, the peer's credits, a burst being packed) or from the caller's memory (over UD:
+ * rdmx_ud does not offer am_zcopy), the AM is copied into a descriptor and goes as am_bcopy's
+ * does: UCS_OK, the buffer is the caller's again at once. */
+static ucs_status_t uct_rdmx_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void* header,
+                                         unsigned header_length, const uct_iov_t* iov,
+                                         size_t iovcnt, unsigned flags, uct_completion_t* comp) {
+  uct_rdmx_ep_t* ep = ucs_derived_of(tl_ep, uct_rdmx_ep_t);
+  uct_rdmx_iface_t* iface = ucs_derived_of(tl_ep->iface, uct_rdmx_iface_t);
+  const size_t length = uct_iov_total_length(iov, iovcnt);
+  const size_t total = header_length + length;
+  const void* payload = (iovcnt != 0) ? iov[0].buffer : NULL;
+  uct_rdmx_tx_desc_t* desc;
+  uct_rdmx_rma_op_t* op;
+  uint32_t lkey = 0;
+  int rc;
+
+  (void)flags;
+  UCT_CHECK_AM_ID(id);
+  UCT_CHECK_IOV_SIZE(iovcnt, 1, "am_zcopy");
+  UCT_CHECK_LENGTH(header_length, 0, RDMX_ZCOPY_MAX_HEAD, "am_zcopy header");
+  UCT_CHECK_LENGTH(total, 0, iface->short_size, "am_zcopy");
+  if (iovcnt != 0 && iov[0].count > 1) {
+    ucs_error("rdmx: am_zcopy: a strided iov (count %u) is not supported", iov[0].count);
+    return UCS_ERR_UNSUPPORTED;
+  }
+  if (iface->rma_ops == NULL ||
+      (length != 0 && !rdmx_ucx_memh_lkey(iov[0].memh, iface->md_slot, &lkey))) {
+    ucs_error("rdmx: am_zcopy: the payload's memh is not a registration of this MD");
+    return UCS_ERR_INVALID_PARAM;
+  }
+  if (uct_rdmx_ep_fence_blocked(ep, 0) || ucs_queue_is_empty(&iface->tx_free) ||
+      ucs_queue_is_empty(&iface->rma_free)) {
+    return UCS_ERR_NO_RESOURCE;
+  }
+  UCT_TL_EP_STAT_OP(&ep->super, AM, ZCOPY, total);
+  op = ucs_queue_pull_elem_non_empty(&iface->rma_free, uct_rdmx_rma_op_t, elem);
+  op->bounce = NULL;
+  op->unpack_cb = NULL;
+  rc = rdmx_tag_send_zcopy(ep->ep, header, header_length, payload, length, lkey, id, &op->req,
+                           uct_rdmx_rma_done, op);
+  if (ucs_likely(rc == RDMX_OK)) {
+    op->ep = ep;
+    op->comp = comp;
+    op->length = length;
+    ++ep->inflight;
+    ep->unflushed = 1;
+    return UCS_INPROGRESS;
+  }
+  uct_rdmx_rma_drop(iface, op);
+  if (rc != RDMX_ERR_NO_RESOURCE && rc != RDMX_ERR_UNSUPPORTED) {
+    return uct_rdmx_inject_failed(rc, id, total);
+  }
+  desc = uct_rdmx_tx_get(iface);
+  memcpy(uct_rdmx_tx_data(desc), header, header_length);
+  if (length != 0) {
+    memcpy(UCS_PTR_BYTE_OFFSET(uct_rdmx_tx_data(desc), header_length), payload, length);
+  }
+  return uct_rdmx_tx_post(iface, ep, desc, total, id);
 }
 
 /* put_short and put_bcopy: the data copied into a bounce buffer, which the write reads after
@@ -1305,6 +1371,12 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
   attr->cap.am.align_mtu = 1;
   attr->cap.am.max_hdr = 0;
   attr->cap.am.max_iov = 1;
+  if (iface->rma_ops != NULL && !ud) {
+    /* rdmx_tag_send_zcopy: header and payload in one eager message, over RC only */
+    attr->cap.flags |= UCT_IFACE_FLAG_AM_ZCOPY;
+    attr->cap.am.max_hdr = RDMX_ZCOPY_MAX_HEAD;
+    attr->cap.am.max_zcopy = iface->short_size - RDMX_ZCOPY_MAX_HEAD;
+  }
   if (iface->rma_ops != NULL) {
     attr->cap.flags |= UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY;
     attr->cap.put.min_zcopy = 0;
@@ -1609,6 +1681,7 @@ static ucs_status_t uct_rdmx_query_devices(uct_md_h md, uct_tl_device_resource_t
 
 static uct_iface_ops_t uct_rdmx_iface_ops = {
     .ep_am_short = uct_rdmx_ep_am_short,
+    .ep_am_zcopy = uct_rdmx_ep_am_zcopy,
     .ep_am_bcopy = uct_rdmx_ep_am_bcopy,
     .ep_pending_add = uct_rdmx_ep_pending_add,
     .ep_pending_purge = uct_rdmx_ep_pending_purge,

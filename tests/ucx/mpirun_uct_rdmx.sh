@@ -6,6 +6,8 @@
 #            rdmx (UCX's shared-memory transports are left out on purpose);
 #   DEVICES  1: the first RDMA device alone (UCX_NET_DEVICES); all: every device, so that UCP
 #            may spread a peer's traffic over one rdmx interface per device.
+# UCX_ZCOPY_THRESH, when set, goes to every rank: UCP's eager messages from that size by the
+# transport's am_zcopy (UCP's own estimate never picks it on rxe: the copy looks cheaper).
 # The program's own checks decide (mpi_test.h); a hang is cut by the test's TIMEOUT.
 set -u
 tl=$1 np=$2 devices=$3 ompi_dir=$4 hook_dir=$5 mpiexec=$6 prog=$7
@@ -18,4 +20,5 @@ fi
 exec "$mpiexec" --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
   --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
   --mca mca_base_component_path "$ompi_dir:$hook_dir" \
-  -x "UCX_TLS=$tl,self" -x "UCX_NET_DEVICES=$net" -x UCX_WARN_UNUSED_ENV_VARS=n "$prog"
+  -x "UCX_TLS=$tl,self" -x "UCX_NET_DEVICES=$net" -x UCX_WARN_UNUSED_ENV_VARS=n \
+  ${UCX_ZCOPY_THRESH:+-x UCX_ZCOPY_THRESH} "$prog"

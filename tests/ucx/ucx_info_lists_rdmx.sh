@@ -3,7 +3,7 @@
 # domain rdmx_<ibdev> per RDMA device and its transports rdmx_rc and rdmx_ud on <ibdev>:1, and
 # `ucx_info -c` their settings; and UCP, asked for error handling (UCP_ERR_HANDLING_MODE_PEER,
 # which needs UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE), puts each in an endpoint to another node;
-# and UCP's put/get goes by their puts and gets.
+# and UCP's put/get goes by their puts and gets; am_zcopy is offered over rdmx_rc alone.
 # Usage: ucx_info_lists_rdmx.sh LIBUCT_RDMX
 set -u
 lib=$1
@@ -23,6 +23,19 @@ for d in /sys/class/infiniband/*; do
     printf '%s\n' "$out" | grep -A1 -x "#      Transport: $tl" | grep -qx "#         Device: $dev:1" ||
       { echo "$out"; echo "FAIL: no transport $tl on $dev:1"; exit 1; }
   done
+done
+# am_zcopy on rdmx_rc only (rdmx_tag_send_zcopy sends over RC; UD keeps a copy for resends), up to
+# the eager size less the largest header. Each transport's block runs from its header to the next.
+for tl in rdmx_rc rdmx_ud; do
+  zc=$(printf '%s\n' "$out" | sed -n "/^#      Transport: $tl\$/,/^#      Transport: /p" |
+    grep -E '^# +am_zcopy: ' | head -n 1)
+  if [ "$tl" = rdmx_rc ]; then
+    printf '%s\n' "$zc" | grep -qE 'am_zcopy: <= 8128, up to 1 iov' ||
+      { echo "$out"; echo "FAIL: rdmx_rc lists no am_zcopy up to 8128 B (got '$zc')"; exit 1; }
+    echo "$tl:$zc"
+  elif [ -n "$zc" ]; then
+    echo "$out"; echo "FAIL: rdmx_ud lists am_zcopy ('$zc')"; exit 1
+  fi
 done
 # Their settings, in UCX's configuration listing.
 conf=$(LD_PRELOAD=$lib ucx_info -c -f 2>&1)

@@ -5,8 +5,8 @@
 # a client whose SEG_SIZE differs from the server's must fail with the module's message.
 # Usage: ucx_perftest_rdmx.sh LIBUCT_RDMX TL [CASE...]
 #   CASE = test:size:iterations[:layout]
-#   UCT tests (am_lat, put_bw, put_lat, get) run on TL itself (-x TL, and -D layout when given:
-#   short, bcopy or zcopy for the transport's puts and gets); the others are UCP's
+#   UCT tests (am_lat, am_bw, put_bw, put_lat, get) run on TL itself (-x TL, and -D layout when
+#   given: short, bcopy or zcopy for the transport's AMs, puts and gets); the others are UCP's
 #   (UCX_TLS=TL,self): tag matching, whose rendezvous moves data by get_zcopy, and UCP's put/get,
 #   by the transport's puts and gets. A UCP case with layout "sleep" waits in ucp_worker_wait
 #   (-E sleep: UCP_FEATURE_WAKEUP, which takes only a transport with send and receive events).
@@ -48,7 +48,8 @@ for c in "$@"; do
     layout='' waitmode='-E sleep' verbose=RDMX_VERBOSE=2
   fi
   port=$((port + 1))
-  if [ "$t" = am_lat ] || [ "$t" = put_bw ] || [ "$t" = put_lat ] || [ "$t" = get ]; then
+  if [ "$t" = am_lat ] || [ "$t" = am_bw ] || [ "$t" = put_bw ] || [ "$t" = put_lat ] ||
+    [ "$t" = get ]; then
     server="ucx_perftest -p $port -d $d1 -x $tl"
     client="ucx_perftest 127.0.0.1 -p $port -d $d2 -x $tl $layout"
   else

@@ -100,6 +100,32 @@ bool Worker::post_rc_flush(eager::SendPool& pool, Peer& peer, int cls) {
   return rc == 0;
 }
 
+inline bool Worker::rc_admit(eager::SendPool& pool, Peer& peer, int cls) {
+  // The order guard advances only as sends complete. Unsignalled sends left on the other QP
+  // of this peer (no traffic there since) would stall it: flush that QP early.
+  if (peer.rc.guard->outstanding() >= kRcOrderWindow / 2) [[unlikely]] {
+    const int other = 1 - cls;
+    if (peer.rc.sq[other].unsignaled_tail() != 0) {
+      (void)post_rc_flush(pool, peer, other);
+    }
+  }
+  return !RcChannel::stream_full(peer) && peer.rc.sq[cls].has_room();
+}
+
+inline void Worker::rc_stamp(Peer& peer, protocol::MsgHeader& h) {
+  h.seq = peer.rc.guard->next();
+  // Every RC message repeats our credit grant for the reverse direction, and carries a grant
+  // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring
+  // the peer writes into.
+  if (peer.rc.grant_due && !refill_wanted()) {
+    (void)grant_credits(peer);
+    peer.rc.grant_due = false;
+  }
+  h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
+  h.ack = peer.rc.granted;
+  stamp_ring_ack(peer, h);
+}
+
 inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, protocol::MsgHeader& h,
                                           const void* body, std::size_t body_length,
                                           const void* payload, std::size_t length) {
@@ -114,28 +140,10 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
                        protocol::ring_free_slots(ring.slots, ring.sent, ring.taken) != 0;
   const int cls = to_ring || wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = peer.rc.sq[cls];
-  // The order guard advances only as sends complete. Unsignalled sends left on the other QP
-  // of this peer (no traffic there since) would stall it: flush that QP early.
-  if (peer.rc.guard->outstanding() >= kRcOrderWindow / 2) [[unlikely]] {
-    const int other = 1 - cls;
-    if (peer.rc.sq[other].unsignaled_tail() != 0) {
-      (void)post_rc_flush(pool, peer, other);
-    }
-  }
-  if (RcChannel::stream_full(peer) || !sq.has_room()) [[unlikely]] {
+  if (!rc_admit(pool, peer, cls)) [[unlikely]] {
     return PostResult::kNoResource;
   }
-  h.seq = peer.rc.guard->next();
-  // Every RC message repeats our credit grant for the reverse direction, and carries a grant
-  // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring
-  // the peer writes into.
-  if (peer.rc.grant_due && !refill_wanted()) {
-    (void)grant_credits(peer);
-    peer.rc.grant_due = false;
-  }
-  h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
-  h.ack = peer.rc.granted;
-  stamp_ring_ack(peer, h);
+  rc_stamp(peer, h);
   ibv_sge sge[2];
   // Not value-initialized: zeroing all of it was 21 instructions of every RC send (callgrind).
   // Set here and below is every field a provider reads for a send or an RDMA write (the
@@ -217,6 +225,61 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
     ++ring.sent;
     ++peer.rc.ring_sends;
   }
+  return PostResult::kPosted;
+}
+
+Worker::PostResult Worker::post_rc_gather(eager::SendPool& pool, Peer& peer, protocol::MsgHeader& h,
+                                          const SendBytes& bytes, std::uint32_t lkey, Request* r) {
+  // Never into the ring: its slot image (padding, footer) is written inline, a copy. The
+  // receiver's size class picks the QP as in post_rc.
+  const std::size_t wire = bytes.total();
+  const int cls = wire <= peer.address.class_capacity[0] ? 0 : 1;
+  if (!rc_admit(pool, peer, cls)) {
+    return PostResult::kNoResource;
+  }
+  // The header and the head from a small bounce buffer, the data from the caller's memory: one
+  // SEND of two SGEs (the QPs take two: post_rc's inline sends use them), which the receiver
+  // finds in its SRQ buffer as one message, as if it had been copied.
+  eager::SendQueue::Post post{.kind = protocol::WrKind::kRma,
+                              .want_signal = true,  // completes the request, frees the buffer
+                              .sequenced = true,
+                              .peer = &peer,
+                              .cookie = reinterpret_cast<std::uintptr_t>(r)};
+  if (!pool.alloc_buffer(0, &post.buf)) {
+    return PostResult::kNoResource;
+  }
+  post.buf_class = 0;
+  rc_stamp(peer, h);
+  post.seq = h.seq;
+  std::byte* data = pool.buffer(0, post.buf);
+  protocol::store_wire(data, h);
+  if (bytes.head_length != 0) {
+    std::memcpy(data + protocol::kHeaderSize, bytes.head, bytes.head_length);
+  }
+  ibv_sge sge[2] = {
+      {.addr = reinterpret_cast<std::uintptr_t>(data),
+       .length = static_cast<std::uint32_t>(protocol::kHeaderSize + bytes.head_length),
+       .lkey = pool.lkey()},
+      {.addr = reinterpret_cast<std::uintptr_t>(bytes.data),
+       .length = static_cast<std::uint32_t>(bytes.length),
+       .lkey = lkey}};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = sge;
+  wr.num_sge = bytes.length != 0 ? 2 : 1;
+  const int rc = peer.rc.sq[cls].post(pool, wr, post);
+  if (rc != 0) {
+    // Nothing to undo but the buffer: the order guard advances at on_send, below.
+    pool.release_unused(0, post.buf);
+    if (rc == EAGAIN) {
+      return PostResult::kNoResource;
+    }
+    verbs::log_verb_failure("ibv_post_send", rc, "RC zero-copy send (rdmx_tag_send_zcopy)");
+    return PostResult::kFailed;
+  }
+  r->rma_desc = protocol::decode(wr.wr_id).slot;
+  peer.rc.guard->on_send();
+  ring_ack_posted(peer, h);
   return PostResult::kPosted;
 }
 
