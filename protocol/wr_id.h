@@ -36,7 +36,7 @@ enum class WrKind : std::uint8_t {
   kRdmaWriteImm = 6,  // last rendezvous fragment, write-with-immediate
   kControl = 7,       // control message send (ack, CTS, match-ack, FIN, connect)
   kRdmaRead = 8,      // rendezvous RDMA read (the receiver's read share)
-  kRma = 9,           // one-sided put or get of the C API (rdmx_put, rdmx_get)
+  kRma = 9,           // a C API request's own WR: rdmx_put, rdmx_get, rdmx_tag_send_zcopy
   // 10..14: room for new kinds.
   kInvalid = 15,  // reserved: the kind field of kInvalidWrId
 };

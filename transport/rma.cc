@@ -9,7 +9,8 @@
 // success or error, completes the request, and an error completion fails the connection as any RC
 // send error does (send.cc). Teardown fails a request still posted (cancel_rma) and clears the
 // cookie, so that the work request's flushed completion, polled while the QP drains, finds no
-// request to complete.
+// request to complete. rdmx_tag_send_zcopy's SEND is of this kind too (rc_send.cc,
+// post_rc_gather), on the QP of the receiver's size class: its completion and teardown are these.
 #include "transport/channel/rc_channel.h"
 #include "transport/worker.h"
 #include "verbs/error.h"

@@ -459,10 +459,12 @@ int Worker::tag_send_zcopy(Peer& peer, const SendBytes& bytes, std::uint32_t lke
   if (peer.state == PeerState::kFailed) [[unlikely]] {
     return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
   }
-  // send_now's conditions, but for coalescing: a message the caller did not copy is not packed.
+  // send_now's conditions, but for coalescing: a message the caller did not copy is not packed;
+  // what is packed for the peer goes first, as in start_send (in a burst of AMs from UCP, the
+  // sends between two zero-copy ones are packed).
   const std::size_t length = bytes.total();
   if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected || !peer.rc_ready ||
-      peer.has_waiting() || peer.batch.count() != 0) {
+      peer.has_waiting() || (peer.batch.count() != 0 && !flush_batch(peer))) {
     return RDMX_ERR_NO_RESOURCE;
   }
   init_request(r, ReqType::kRma, callback, user_data);
@@ -478,6 +480,7 @@ int Worker::tag_send_zcopy(Peer& peer, const SendBytes& bytes, std::uint32_t lke
   r->status.source = peer.uid;
   activate(r);  // teardown fails it (cancel_rma), as a put
   peer.send_epoch = progress_calls_;
+  ++stat_zcopy_sends_;
   return RDMX_OK;
 }
 

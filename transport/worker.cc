@@ -122,6 +122,7 @@ void Worker::stats(rdmx_stats_t* out) const {
   s.coalesced_msgs = stat_coalesced_msgs_;
   s.coalesced_batches = stat_coalesced_batches_;
   s.ring_recvs = stat_ring_recvs_;
+  s.zcopy_sends = stat_zcopy_sends_;
   s.shm_recvs = stat_shm_recvs_;
   s.shm_cma_bytes = stat_cma_bytes_;
   s.idle_yields = stat_idle_yields_.load(std::memory_order_relaxed);

@@ -584,9 +584,10 @@ class Worker {
                                             std::size_t body_length, const void* payload,
                                             std::size_t length);
   // post_rc's steps that post_rc_gather shares: room on the class's QP and in the peer's
-  // credits; the sequence number, credit grant and ring ack every RC message carries.
+  // credits; the sequence number, credit grant and ring ack every RC message carries (true when
+  // it carries a grant that fell due: the caller clears grant_due once the message is posted).
   [[gnu::always_inline]] bool rc_admit(eager::SendPool& pool, Peer& peer, int cls);
-  [[gnu::always_inline]] void rc_stamp(Peer& peer, protocol::MsgHeader& header);
+  [[gnu::always_inline]] bool rc_stamp(Peer& peer, protocol::MsgHeader& header);
   // rdmx_tag_send_zcopy's post (rc_send.cc): header and head from a bounce buffer, the data
   // from the caller's registration (lkey); a signalled WR whose completion completes `r`.
   PostResult post_rc_gather(eager::SendPool& pool, Peer& peer, protocol::MsgHeader& header,
@@ -1028,6 +1029,7 @@ class Worker {
   std::uint64_t stat_coalesced_msgs_ = 0;
   std::uint64_t stat_coalesced_batches_ = 0;
   std::uint64_t stat_ring_recvs_ = 0;
+  std::uint64_t stat_zcopy_sends_ = 0;
   std::uint64_t stat_shm_recvs_ = 0;
   std::uint64_t stat_cma_bytes_ = 0;
   // rdmx_worker_idle's; atomic since MULTI counts them outside the lock (a system call follows).

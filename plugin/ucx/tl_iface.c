@@ -62,11 +62,12 @@
  *
  * Handlers run from uct_iface_progress, never from inside rdmx (rdmx callbacks must not call
  * rdmx; a handler sends). am_zcopy over rdmx_rc only (rdmx_tag_send_zcopy): one SEND gathers
- * the header and UCP's head from a bounce buffer and the payload from the caller's registered
+ * rdmx's header and UCP's from a bounce buffer and the payload from the caller's registered
  * memory, and completes on its work completion. Over UD, rdmx keeps a copy of every message to
- * resend it, so a zcopy would be a bcopy by another name; a refusal (a peer over shared memory, a
- * full ring or stream) falls back to a bcopy that completes at once. UCP's rendezvous takes the
- * larger ones zero-copy by get_zcopy. No get_short (rc_verbs has none either).
+ * resend it, so a zcopy would be a bcopy by another name. What rdmx cannot send that way at once
+ * (earlier AMs waiting in rdmx, the peer's credits, a full send queue, no free operation
+ * descriptor) goes by a copy, as am_bcopy, and completes at once. UCP's rendezvous takes the
+ * larger ones zero-copy by get_zcopy. No get_short (rc_verbs has none).
  */
 /* UCX's internal headers read their build configuration (ENABLE_DEBUG_DATA ...). */
 #include "config.h"
@@ -124,7 +125,7 @@ typedef struct uct_rdmx_marker {
   uint64_t seq;
 } uct_rdmx_marker_t;
 
-/* A put or get in flight, or done and queued for progress to complete. */
+/* A put, get or am_zcopy in flight, or done and queued for progress to complete. */
 typedef struct uct_rdmx_rma_op {
   rdmx_request_t req;
   ucs_queue_elem_t elem; /* the free list or the done queue */
@@ -185,6 +186,7 @@ typedef struct uct_rdmx_iface {
   uint32_t bounce_lkey;
   void* bounce_free[RDMX_RMA_BOUNCES]; /* a stack: the warm ones first */
   unsigned bounce_top;
+  uint64_t am_zcopy_copied; /* am_zcopys rdmx_tag_send_zcopy refused, sent by a copy */
 } uct_rdmx_iface_t;
 
 typedef struct uct_rdmx_ep {
@@ -515,8 +517,8 @@ static ssize_t uct_rdmx_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callbac
 
 /* ---- put and get ------------------------------------------------------------------------- */
 
-/* rdmx's callback of a put or get, inside rdmx_worker_progress: only queues it (rdmx must not be
- * called from here, and a UCT completion may send). */
+/* rdmx's callback of a put, get or am_zcopy, inside rdmx_worker_progress: only queues it (rdmx must
+ * not be called from here, and a UCT completion may send). */
 static void uct_rdmx_rma_done(rdmx_request_t* req, const rdmx_status_t* status, void* arg) {
   uct_rdmx_rma_op_t* op = arg;
   (void)req;
@@ -524,7 +526,7 @@ static void uct_rdmx_rma_done(rdmx_request_t* req, const rdmx_status_t* status, 
   ucs_queue_push(&op->iface->rma_done, &op->elem);
 }
 
-/* Completes the puts and gets rdmx finished: the endpoints' counts first, then the UCT
+/* Completes the puts, gets and am_zcopys rdmx finished: the endpoints' counts first, then the UCT
  * completions (which may post, or destroy endpoints). */
 static unsigned uct_rdmx_rma_progress(uct_rdmx_iface_t* iface) {
   ucs_queue_head_t done;
@@ -543,7 +545,7 @@ static unsigned uct_rdmx_rma_progress(uct_rdmx_iface_t* iface) {
       --op->ep->inflight;
     }
     if (status != UCS_OK) {
-      ucs_debug("rdmx: a put or get failed: %s", ucs_status_string(status));
+      ucs_debug("rdmx: a put, get or am_zcopy failed: %s", ucs_status_string(status));
     } else if (op->unpack_cb != NULL) {
       op->unpack_cb(op->unpack_arg, op->bounce, op->length);
     }
@@ -682,9 +684,11 @@ static ucs_status_t uct_rdmx_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t* iov, 
 /* The header and the caller's registered payload go as one message by rdmx_tag_send_zcopy (a
  * SEND of two SGEs: the payload is not copied), completed by its send completion as a put is
  * (an operation descriptor; progress runs `comp`). Where rdmx cannot send it at once (earlier AMs
- * wait in rdmx, the peer's credits, a burst being packed) or from the caller's memory (over UD:
- * rdmx_ud does not offer am_zcopy), the AM is copied into a descriptor and goes as am_bcopy's
- * does: UCS_OK, the buffer is the caller's again at once. */
+ * wait in rdmx, the peer's credits, a full send queue) or no operation descriptor is free (puts
+ * and gets hold them all), the AM is copied into a send descriptor and goes as am_bcopy's does:
+ * UCS_OK, the buffer is the caller's again at once. So an AM is refused only for what refuses
+ * every AM (no send descriptor, a fence), and a pending one is never overtaken by a later
+ * am_short. */
 static ucs_status_t uct_rdmx_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void* header,
                                          unsigned header_length, const uct_iov_t* iov,
                                          size_t iovcnt, unsigned flags, uct_completion_t* comp) {
@@ -707,35 +711,40 @@ static ucs_status_t uct_rdmx_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void*
     ucs_error("rdmx: am_zcopy: a strided iov (count %u) is not supported", iov[0].count);
     return UCS_ERR_UNSUPPORTED;
   }
-  if (iface->rma_ops == NULL ||
-      (length != 0 && !rdmx_ucx_memh_lkey(iov[0].memh, iface->md_slot, &lkey))) {
+  if (iface->rma_ops == NULL) {
+    return UCS_ERR_UNSUPPORTED; /* no MD slot: iface_query did not offer it */
+  }
+  if (length != 0 && !rdmx_ucx_memh_lkey(iov[0].memh, iface->md_slot, &lkey)) {
     ucs_error("rdmx: am_zcopy: the payload's memh is not a registration of this MD");
     return UCS_ERR_INVALID_PARAM;
   }
-  if (uct_rdmx_ep_fence_blocked(ep, 0) || ucs_queue_is_empty(&iface->tx_free) ||
-      ucs_queue_is_empty(&iface->rma_free)) {
+  if (uct_rdmx_ep_fence_blocked(ep, 0) || ucs_queue_is_empty(&iface->tx_free)) {
     return UCS_ERR_NO_RESOURCE;
   }
   UCT_TL_EP_STAT_OP(&ep->super, AM, ZCOPY, total);
-  op = ucs_queue_pull_elem_non_empty(&iface->rma_free, uct_rdmx_rma_op_t, elem);
-  op->bounce = NULL;
-  op->unpack_cb = NULL;
-  rc = rdmx_tag_send_zcopy(ep->ep, header, header_length, payload, length, lkey, id, &op->req,
-                           uct_rdmx_rma_done, op);
-  if (ucs_likely(rc == RDMX_OK)) {
-    op->ep = ep;
-    op->comp = comp;
-    op->length = length;
-    ++ep->inflight;
-    ep->unflushed = 1;
-    return UCS_INPROGRESS;
+  if (ucs_likely(!ucs_queue_is_empty(&iface->rma_free))) {
+    op = ucs_queue_pull_elem_non_empty(&iface->rma_free, uct_rdmx_rma_op_t, elem);
+    op->bounce = NULL;
+    op->unpack_cb = NULL;
+    rc = rdmx_tag_send_zcopy(ep->ep, header, header_length, payload, length, lkey, id, &op->req,
+                             uct_rdmx_rma_done, op);
+    if (ucs_likely(rc == RDMX_OK)) {
+      op->ep = ep;
+      op->comp = comp;
+      ++ep->inflight;
+      ep->unflushed = 1;
+      return UCS_INPROGRESS;
+    }
+    uct_rdmx_rma_drop(iface, op);
+    if (rc != RDMX_ERR_NO_RESOURCE && rc != RDMX_ERR_UNSUPPORTED) {
+      return uct_rdmx_inject_failed(rc, id, total);
+    }
   }
-  uct_rdmx_rma_drop(iface, op);
-  if (rc != RDMX_ERR_NO_RESOURCE && rc != RDMX_ERR_UNSUPPORTED) {
-    return uct_rdmx_inject_failed(rc, id, total);
-  }
+  ++iface->am_zcopy_copied;
   desc = uct_rdmx_tx_get(iface);
-  memcpy(uct_rdmx_tx_data(desc), header, header_length);
+  if (header_length != 0) {
+    memcpy(uct_rdmx_tx_data(desc), header, header_length);
+  }
   if (length != 0) {
     memcpy(UCS_PTR_BYTE_OFFSET(uct_rdmx_tx_data(desc), header_length), payload, length);
   }
@@ -1371,11 +1380,12 @@ static ucs_status_t uct_rdmx_iface_query(uct_iface_h tl_iface, uct_iface_attr_t*
   attr->cap.am.align_mtu = 1;
   attr->cap.am.max_hdr = 0;
   attr->cap.am.max_iov = 1;
-  if (iface->rma_ops != NULL && !ud) {
-    /* rdmx_tag_send_zcopy: header and payload in one eager message, over RC only */
+  if (iface->rma_ops != NULL && !ud && iface->short_size > 2 * RDMX_ZCOPY_MAX_HEAD) {
+    /* rdmx_tag_send_zcopy: header and payload in one eager message, over RC only. max_zcopy is
+     * the total with UCP's header (uct.h; UCP sends max_zcopy - its header of payload). */
     attr->cap.flags |= UCT_IFACE_FLAG_AM_ZCOPY;
     attr->cap.am.max_hdr = RDMX_ZCOPY_MAX_HEAD;
-    attr->cap.am.max_zcopy = iface->short_size - RDMX_ZCOPY_MAX_HEAD;
+    attr->cap.am.max_zcopy = iface->short_size;
   }
   if (iface->rma_ops != NULL) {
     attr->cap.flags |= UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY;
@@ -1599,6 +1609,7 @@ static UCS_CLASS_INIT_FUNC(uct_rdmx_iface_t, rdmx_transport_t transport, uct_md_
   self->dead_uids = NULL;
   self->dead_count = 0;
   self->dead_capacity = 0;
+  self->am_zcopy_copied = 0;
   rdmx_worker_set_peer_failure_callback(self->worker, uct_rdmx_peer_failed, self);
   self->flushing_eps = 0;
   self->rx_head = 0;
@@ -1625,8 +1636,18 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rdmx_iface_t) {
   if (self->bounce_mr != NULL) {
     rdmx_ucx_pd_dereg(self->bounce_mr);
   }
-  /* Fails every active request (the receives, sends in flight, markers, puts and gets): then
-   * their storage, ours, may go. */
+  if (self->rma_ops != NULL && ucs_log_is_enabled(UCS_LOG_LEVEL_INFO)) {
+    /* How UCP's eager AMs went: what UCX_ZCOPY_THRESH changes shows here (UCX_LOG_LEVEL=info) */
+    rdmx_stats_t st;
+    if (rdmx_worker_stats(self->worker, &st) == RDMX_OK &&
+        st.zcopy_sends + self->am_zcopy_copied != 0) {
+      ucs_info("rdmx: interface closed: %" PRIu64 " am_zcopy from the caller's memory, %" PRIu64
+               " by a copy",
+               st.zcopy_sends, self->am_zcopy_copied);
+    }
+  }
+  /* Fails every active request (the receives, sends in flight, markers, puts, gets and
+   * am_zcopys): then their storage, ours, may go. */
   rdmx_worker_destroy(self->worker);
   while (!ucs_queue_is_empty(&self->orphan_markers)) {
     ucs_free(ucs_queue_pull_elem_non_empty(&self->orphan_markers, uct_rdmx_marker_t, elem));

@@ -6,8 +6,9 @@
 //   receives each with a receive for any tag and checks its tag (the order), length and bytes.
 // - A payload lkey that is not a registration fails the request with RDMX_ERR_IO (the adapter
 //   read the caller's memory: a copy would have carried it), and the connection with it.
-// - What is refused: bad arguments, a message above the eager size (RDMX_ERR_NO_RESOURCE), and
-//   any over UD (RDMX_ERR_UNSUPPORTED).
+// - What is refused: bad arguments, a message above the eager size (RDMX_ERR_NO_RESOURCE, once
+//   one of exactly the eager size has left on the same connection), and any over UD
+//   (RDMX_ERR_UNSUPPORTED).
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
@@ -79,6 +80,8 @@ TEST_F(ZcopySend, HeadAndPayloadArriveAsOneMessageInOrder) {
       std::vector<rdmx_request_t> reqs(kMessages);
       std::vector<int> counts(2);
       std::size_t zcopies = 0;
+      rdmx_stats_t before{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &before));
       for (std::size_t m = 0; m < kMessages; ++m) {
         const std::size_t n = size_of(m, eager);
         std::vector<std::uint8_t>& b = bufs[m];
@@ -107,6 +110,9 @@ TEST_F(ZcopySend, HeadAndPayloadArriveAsOneMessageInOrder) {
       }
       RDMX_CHECK_EQ(rank, counts[0], static_cast<int>(zcopies));  // each called back once
       RDMX_CHECK_EQ(rank, counts[1], 0);
+      rdmx_stats_t after{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &after));
+      RDMX_CHECK_EQ(rank, after.zcopy_sends - before.zcopy_sends, std::uint64_t{zcopies});
     } else {
       std::vector<std::uint8_t> got(eager + 1);
       for (std::size_t m = 0; m < kMessages; ++m) {
@@ -177,7 +183,26 @@ TEST_F(ZcopySend, RefusesWhatItCannotDo) {
         RDMX_CHECK_EQ(rank, rdmx_tag_send_zcopy(ep, p, 8, p, 8, k, 0, &req, nullptr, nullptr),
                       RDMX_ERR_UNSUPPORTED);
       } else {
-        // Above the eager size: refused however often it is tried (the caller sends it with
+        // Exactly the eager size leaves (retried while the connection is set up) ...
+        if (rank.rank() == 0) {
+          const auto t0 = std::chrono::steady_clock::now();
+          int rc = RDMX_ERR_NO_RESOURCE;
+          while (rc == RDMX_ERR_NO_RESOURCE && seconds_since(t0) < 30) {
+            rc = rdmx_tag_send_zcopy(ep, p, 8, p + 8, eager - 8, k, 1, &req, nullptr, nullptr);
+            (void)rdmx_worker_progress(s.worker);
+          }
+          RDMX_CHECK_OK(rank, rc);
+          RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, nullptr, "eager-size send"));
+        } else {
+          std::vector<std::uint8_t> got(eager);
+          rdmx_status_t st{};
+          RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, got.data(), got.size(), RDMX_ANY_SOURCE, 1,
+                                            ~std::uint64_t{0}, &req, nullptr, nullptr));
+          RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &req, &st, "eager-size receive"));
+          RDMX_CHECK_EQ(rank, st.length, eager);
+        }
+        rank.barrier();
+        // ... one byte more is refused however often it is tried (the caller sends it with
         // rdmx_tag_send, by rendezvous).
         for (int i = 0; i < 50; ++i) {
           RDMX_CHECK_EQ(

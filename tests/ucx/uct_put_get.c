@@ -137,15 +137,6 @@ static void register_region(uct_md_h md, region_t* r) {
   CHECK_OK(uct_md_mem_reg(md, r->mem, kRegion, UCT_MD_MEM_ACCESS_ALL, &r->memh), "mem_reg");
 }
 
-/* The key of a region as a peer gets it: packed now (with the workers attached now). */
-static void unpack_key(uct_component_h component, uct_md_h md, size_t packed_size, region_t* r) {
-  void* packed = calloc(1, packed_size);
-  CHECK(packed != NULL, "calloc");
-  CHECK_OK(uct_md_mkey_pack(md, r->memh, packed), "uct_md_mkey_pack");
-  CHECK_OK(uct_rkey_unpack(component, packed, &r->key), "uct_rkey_unpack");
-  free(packed);
-}
-
 static void done(uct_completion_t* comp) {
   (void)comp;
 }
@@ -198,16 +189,6 @@ static void unpack(void* arg, const void* data, size_t length) {
   memcpy(arg, data, length);
 }
 
-/* Retries `expr` (a UCT call) while it answers UCS_ERR_NO_RESOURCE; `result` gets its answer. */
-#define RETRY(worker, result, expr, what)                                     \
-  do {                                                                        \
-    const double deadline_ = now_s() + kSeconds;                              \
-    while (((result) = (expr)) == UCS_ERR_NO_RESOURCE) {                      \
-      CHECK(now_s() < deadline_, "%s: no resource for %d s", what, kSeconds); \
-      uct_worker_progress(worker);                                            \
-    }                                                                         \
-  } while (0)
-
 /* put_short, put_bcopy and get_bcopy of a's region at `at` (the gets at half + at) into b's,
  * sizes 1 byte to each one's largest, every byte checked. Returns the bytes used from `at`. */
 static size_t bounce_ops(uct_worker_h worker, const side_t* a, region_t* ra, region_t* rb,
@@ -221,7 +202,7 @@ static size_t bounce_ops(uct_worker_h worker, const side_t* a, region_t* ra, reg
   for (size_t k = 0; k < sizeof(short_sizes) / sizeof(short_sizes[0]); ++k) {
     const size_t n = short_sizes[k];
     ucs_status_t status;
-    RETRY(worker, status,
+    RETRY(worker, status, kSeconds,
           uct_ep_put_short(a->ep, ra->mem + offset, (unsigned)n, (uintptr_t)rb->mem + offset,
                            rb->key.rkey),
           "put_short");
@@ -236,13 +217,13 @@ static size_t bounce_ops(uct_worker_h worker, const side_t* a, region_t* ra, reg
     uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
     ssize_t packed;
     ucs_status_t status;
-    RETRY(worker, packed,
+    RETRY(worker, packed, kSeconds,
           uct_ep_put_bcopy(a->ep, pack, &arg, (uintptr_t)rb->mem + offset, rb->key.rkey),
           "put_bcopy");
     CHECK(packed == (ssize_t)n, "put_bcopy of %zu B answered %zd", n, packed);
     CHECK_OK(flush_ep(worker, a->ep, kSeconds), "flush after put_bcopy");
     check_bytes(rb->mem + offset, n, 1, offset, "put_bcopy");
-    RETRY(worker, status,
+    RETRY(worker, status, kSeconds,
           uct_ep_get_bcopy(a->ep, unpack, ra->mem + half + offset, n,
                            (uintptr_t)rb->mem + half + offset, rb->key.rkey, &comp),
           "get_bcopy");
@@ -348,8 +329,11 @@ static void pending_before_flush(uct_worker_h worker, const side_t* a, region_t*
 }
 
 /* Everything above over one transport: its two interfaces, their registrations and keys. */
-static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_md_attr_t* md_attr,
-                   uct_worker_h worker, const char* dev_name) {
+static void run_tl(const char* tl, const uct_test_env_t* e) {
+  const uct_component_h rdmx = e->rdmx;
+  const uct_md_h md = e->md;
+  const uct_worker_h worker = e->worker;
+  const char* dev_name = e->dev_name;
   side_t a, b;
   region_t ra, rb;
   fence_check_t fence = {0};
@@ -365,8 +349,8 @@ static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_
   CHECK(region_mrs() == 6, "%d MRs for two registrations with two %s interfaces (want 6)",
         region_mrs(), tl);
   printf("%s: two registrations, each in the MD's PD and both workers': 6 MRs\n", dev_name);
-  unpack_key(rdmx, md, md_attr->rkey_packed_size, &ra);
-  unpack_key(rdmx, md, md_attr->rkey_packed_size, &rb);
+  unpack_key(e, ra.memh, &ra.key);
+  unpack_key(e, rb.memh, &rb.key);
   connect_to(&a, &b);
   connect_to(&b, &a);
   pending_before_flush(worker, &a, &rb, 0);
@@ -417,7 +401,8 @@ static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_
     const double deadline = now_s() + kSeconds;
     rma(worker, a.ep, 0, ra.mem, kFence, ra.memh, (uintptr_t)rb.mem, rb.key.rkey, &comp);
     CHECK_OK(uct_ep_fence(a.ep, 0), "uct_ep_fence");
-    RETRY(worker, status, uct_ep_am_short(a.ep, kAmId, 0, NULL, 0), "am_short after the fence");
+    RETRY(worker, status, kSeconds, uct_ep_am_short(a.ep, kAmId, 0, NULL, 0),
+          "am_short after the fence");
     CHECK_OK(status, "am_short after the fence");
     while (!fence.arrived) {
       CHECK(now_s() < deadline, "the AM after the fence did not arrive in %d s", kSeconds);
@@ -435,7 +420,7 @@ static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_
     uint64_t got;
     uct_completion_t comp = {.func = done, .count = 1, .status = UCS_OK};
     ucs_status_t status;
-    RETRY(worker, status, uct_ep_am_short(a.ep, kSetId, value, NULL, 0),
+    RETRY(worker, status, kSeconds, uct_ep_am_short(a.ep, kSetId, value, NULL, 0),
           "am_short before the fence");
     CHECK_OK(status, "am_short before the fence");
     CHECK_OK(uct_ep_fence(a.ep, 0), "uct_ep_fence");
@@ -468,33 +453,13 @@ static void run_tl(const char* tl, uct_component_h rdmx, uct_md_h md, const uct_
 }
 
 int main(void) {
-  uct_component_h* components;
-  uct_md_resource_desc_t* mds;
-  unsigned num_mds;
-  char md_name[UCT_MD_NAME_MAX], dev_name[UCT_DEVICE_NAME_MAX];
-  uct_md_config_t* md_config;
-  uct_md_h md;
-  uct_md_attr_t md_attr;
-  ucs_async_context_t* async;
-  uct_worker_h worker;
+  uct_test_env_t e;
 
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const uct_component_h rdmx = find_rdmx(&components, &mds, &num_mds);
-  CHECK(find_tl_device(rdmx, mds, num_mds, "rdmx_rc", md_name, dev_name), "no rdmx_rc device");
-  CHECK_OK(uct_md_config_read(rdmx, NULL, NULL, &md_config), "uct_md_config_read");
-  CHECK_OK(uct_md_open(rdmx, md_name, md_config, &md), "uct_md_open");
-  uct_config_release(md_config);
-  CHECK_OK(uct_md_query(md, &md_attr), "uct_md_query");
-  CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async), "async_create");
-  CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), "uct_worker_create");
-
-  run_tl("rdmx_rc", rdmx, md, &md_attr, worker, dev_name);
-  run_tl("rdmx_ud", rdmx, md, &md_attr, worker, dev_name);
-  uct_worker_destroy(worker);
-  ucs_async_context_destroy(async);
-  uct_md_close(md);
-  free(mds);
-  uct_release_component_list(components);
+  open_env(&e, "rdmx_rc");
+  run_tl("rdmx_rc", &e);
+  run_tl("rdmx_ud", &e);
+  close_env(&e);
   printf(
       "PASS: rdmx_rc and rdmx_ud put/get short, bcopy and zcopy, fence and flush; registrations "
       "follow the interfaces\n");

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <ucs/async/async_fwd.h>
 #include <uct/api/uct.h>
 #include <unistd.h>
 
@@ -185,6 +186,62 @@ static inline int find_tl_device(uct_component_h component, const uct_md_resourc
     }
   }
   return 0;
+}
+
+/* Retries `expr` (a UCT call) while it answers UCS_ERR_NO_RESOURCE, progressing the worker;
+ * `result` gets its answer. Fails past `bound_s` seconds (a hang). */
+#define RETRY(worker, result, bound_s, expr, what)                                  \
+  do {                                                                              \
+    const double deadline_ = now_s() + (bound_s);                                   \
+    while (((result) = (expr)) == UCS_ERR_NO_RESOURCE) {                            \
+      CHECK(now_s() < deadline_, "%s: no resource for %d s", what, (int)(bound_s)); \
+      uct_worker_progress(worker);                                                  \
+    }                                                                               \
+  } while (0)
+
+/* Component rdmx, the MD of its first device with transport `tl`, and a UCT worker: what the
+ * put/get and am_zcopy programs open first and close last. */
+typedef struct {
+  uct_component_h rdmx;
+  uct_component_h* components;
+  uct_md_resource_desc_t* mds;
+  char dev_name[UCT_DEVICE_NAME_MAX];
+  uct_md_h md;
+  uct_md_attr_t md_attr;
+  ucs_async_context_t* async;
+  uct_worker_h worker;
+} uct_test_env_t;
+
+static inline void open_env(uct_test_env_t* e, const char* tl) {
+  char md_name[UCT_MD_NAME_MAX];
+  uct_md_config_t* md_config;
+  unsigned num_mds;
+  e->rdmx = find_rdmx(&e->components, &e->mds, &num_mds);
+  CHECK(find_tl_device(e->rdmx, e->mds, num_mds, tl, md_name, e->dev_name), "no %s device", tl);
+  CHECK_OK(uct_md_config_read(e->rdmx, NULL, NULL, &md_config), "uct_md_config_read");
+  CHECK_OK(uct_md_open(e->rdmx, md_name, md_config, &e->md), "uct_md_open");
+  uct_config_release(md_config);
+  CHECK_OK(uct_md_query(e->md, &e->md_attr), "uct_md_query");
+  CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &e->async), "async_create");
+  CHECK_OK(uct_worker_create(e->async, UCS_THREAD_MODE_SINGLE, &e->worker), "uct_worker_create");
+}
+
+static inline void close_env(uct_test_env_t* e) {
+  uct_worker_destroy(e->worker);
+  ucs_async_context_destroy(e->async);
+  uct_md_close(e->md);
+  free(e->mds);
+  uct_release_component_list(e->components);
+}
+
+/* The remote key of registration `memh` as a peer gets it: packed now (with the workers attached
+ * now), then unpacked. */
+static inline void unpack_key(const uct_test_env_t* e, uct_mem_h memh, uct_rkey_bundle_t* key) {
+  void* packed = calloc(1, e->md_attr.rkey_packed_size);
+  CHECK(packed != NULL, "calloc");
+  CHECK_OK(uct_md_mkey_pack(e->md, memh, packed), "uct_md_mkey_pack");
+  CHECK_OK(uct_rkey_unpack(e->rdmx, packed, key), "uct_rkey_unpack");
+  free(packed);
 }
 
 #endif

@@ -25,13 +25,14 @@ for d in /sys/class/infiniband/*; do
   done
 done
 # am_zcopy on rdmx_rc only (rdmx_tag_send_zcopy sends over RC; UD keeps a copy for resends), up to
-# the eager size less the largest header. Each transport's block runs from its header to the next.
+# the eager size, header included (UCT's max_zcopy). Each transport's block runs from its header to
+# the next.
 for tl in rdmx_rc rdmx_ud; do
   zc=$(printf '%s\n' "$out" | sed -n "/^#      Transport: $tl\$/,/^#      Transport: /p" |
     grep -E '^# +am_zcopy: ' | head -n 1)
   if [ "$tl" = rdmx_rc ]; then
-    printf '%s\n' "$zc" | grep -qE 'am_zcopy: <= 8128, up to 1 iov' ||
-      { echo "$out"; echo "FAIL: rdmx_rc lists no am_zcopy up to 8128 B (got '$zc')"; exit 1; }
+    printf '%s\n' "$zc" | grep -qE 'am_zcopy: <= 8K, up to 1 iov' ||
+      { echo "$out"; echo "FAIL: rdmx_rc lists no am_zcopy up to 8 KiB (got '$zc')"; exit 1; }
     echo "$tl:$zc"
   elif [ -n "$zc" ]; then
     echo "$out"; echo "FAIL: rdmx_ud lists am_zcopy ('$zc')"; exit 1

@@ -112,18 +112,20 @@ inline bool Worker::rc_admit(eager::SendPool& pool, Peer& peer, int cls) {
   return !RcChannel::stream_full(peer) && peer.rc.sq[cls].has_room();
 }
 
-inline void Worker::rc_stamp(Peer& peer, protocol::MsgHeader& h) {
+inline bool Worker::rc_stamp(Peer& peer, protocol::MsgHeader& h) {
   h.seq = peer.rc.guard->next();
   // Every RC message repeats our credit grant for the reverse direction, and carries a grant
   // that fell due once the SRQs are refilled (maybe_grant); and how far we have read the ring
-  // the peer writes into.
-  if (peer.rc.grant_due && !refill_wanted()) {
+  // the peer writes into. The caller clears grant_due only once the message is posted: a post
+  // refused after this leaves the grant to flush_peer's stand-alone kAck.
+  const bool grants = peer.rc.grant_due && !refill_wanted();
+  if (grants) {
     (void)grant_credits(peer);
-    peer.rc.grant_due = false;
   }
   h.flags = static_cast<std::uint16_t>(h.flags | protocol::kFlagAckValid);
   h.ack = peer.rc.granted;
   stamp_ring_ack(peer, h);
+  return grants;
 }
 
 inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, protocol::MsgHeader& h,
@@ -143,7 +145,7 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
   if (!rc_admit(pool, peer, cls)) [[unlikely]] {
     return PostResult::kNoResource;
   }
-  rc_stamp(peer, h);
+  const bool grants = rc_stamp(peer, h);
   ibv_sge sge[2];
   // Not value-initialized: zeroing all of it was 21 instructions of every RC send (callgrind).
   // Set here and below is every field a provider reads for a send or an RDMA write (the
@@ -220,6 +222,9 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
   }
   peer.rc.guard->on_send();
   ring_ack_posted(peer, h);
+  if (grants) {
+    peer.rc.grant_due = false;
+  }
   if (to_ring) {
     ring.head = ring.head + 1 == ring.slots ? 0 : ring.head + 1;
     ++ring.sent;
@@ -249,7 +254,7 @@ Worker::PostResult Worker::post_rc_gather(eager::SendPool& pool, Peer& peer, pro
     return PostResult::kNoResource;
   }
   post.buf_class = 0;
-  rc_stamp(peer, h);
+  const bool grants = rc_stamp(peer, h);
   post.seq = h.seq;
   std::byte* data = pool.buffer(0, post.buf);
   protocol::store_wire(data, h);
@@ -280,6 +285,9 @@ Worker::PostResult Worker::post_rc_gather(eager::SendPool& pool, Peer& peer, pro
   r->rma_desc = protocol::decode(wr.wr_id).slot;
   peer.rc.guard->on_send();
   ring_ack_posted(peer, h);
+  if (grants) {
+    peer.rc.grant_due = false;
+  }
   return PostResult::kPosted;
 }
 
