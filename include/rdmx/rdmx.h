@@ -354,12 +354,14 @@ int rdmx_tag_inject_header(rdmx_ep_t* ep, uint64_t header, const void* buffer, s
  * when the device refused it (an lkey or address outside a registration: the connection fails
  * with it, as a put's would), RDMX_ERR_UNREACHABLE when the peer failed first, RDMX_ERR_CANCELED
  * at rdmx_worker_destroy (the adapter may still read the buffer until rdmx_worker_destroy
- * returns). Refused with nothing done: RDMX_ERR_NO_RESOURCE when it cannot leave at once (the
- * connection not up yet, earlier sends waiting for the peer, the peer's credits, a full send
- * queue; sends packed for the peer leave first) or is of rendezvous size, where the caller
- * copies or sends with rdmx_tag_send; RDMX_ERR_UNSUPPORTED over UD (which keeps a copy of each
- * message for its resends) and to a peer reached through shared memory; RDMX_ERR_UNREACHABLE (a
- * failed peer), RDMX_ERR_INVALID_PARAM. Counted in rdmx_stats_t.zcopy_sends. */
+ * returns). Refused without taking the request or the buffer (sends packed for the peer may
+ * have left first, as before any send): RDMX_ERR_NO_RESOURCE when it cannot leave at once (the
+ * connection not up yet, earlier sends waiting for the peer, the peer's credits or order window,
+ * a full send queue, no free send buffer) or is of rendezvous size, where the caller copies or
+ * sends with rdmx_tag_send; RDMX_ERR_UNSUPPORTED over UD (which keeps a copy of each message for
+ * its resends) and to a peer reached through shared memory; RDMX_ERR_IO when the device refused
+ * the post; RDMX_ERR_UNREACHABLE (a failed peer), RDMX_ERR_INVALID_PARAM, and in
+ * RDMX_THREAD_MULTI the worker lock's errors. Counted in rdmx_stats_t.zcopy_sends. */
 #define RDMX_ZCOPY_MAX_HEAD 64
 int rdmx_tag_send_zcopy(rdmx_ep_t* ep, const void* head, size_t head_length, const void* buffer,
                         size_t length, uint32_t lkey, uint64_t tag, rdmx_request_t* request,

@@ -8,9 +8,9 @@
  *     header, from a registered region) and am_short in turn: b's handler must get each once, in
  *     order, with its length and every byte; every am_zcopy answered UCS_INPROGRESS completes
  *     once with UCS_OK.
- *   - puts without progress until one is refused (the operation descriptors are all taken): an
- *     am_zcopy then must still go (by a copy: UCS_OK), as an am_short after it does, and arrive
- *     before it. An am_zcopy refused there would be queued by UCP and overtaken by the next
+ *   - puts without progress until one is refused (the 16 operation descriptors are all taken):
+ *     an am_zcopy then must still go (by a copy: UCS_OK), as an am_short after it does, and
+ *     arrive before it. An am_zcopy refused there would be queued by UCP and overtaken by the next
  *     am_short, which UCP sends without looking at the pending queue (seen failing so, when
  *     am_zcopy answered UCS_ERR_NO_RESOURCE for want of an operation descriptor).
  * Prints what it sees; exits non-zero on the first failure. */
@@ -105,6 +105,21 @@ static void put_done(uct_completion_t* comp) {
   (void)comp;
 }
 
+/* Each am_zcopy answered UCS_INPROGRESS was completed exactly once (a second completion takes
+ * its count below 0 without a callback), and none answered UCS_OK was completed at all. */
+static void check_completions(const uct_completion_t* comps, const ucs_status_t* answers,
+                              unsigned n, unsigned zcopies) {
+  CHECK(completions == zcopies, "%u completions for %u am_zcopy answered UCS_INPROGRESS",
+        completions, zcopies);
+  for (unsigned m = 0; m < n; ++m) {
+    if (comps[m].func != NULL) {
+      const int want = answers[m] == UCS_INPROGRESS ? 0 : 1;
+      CHECK(comps[m].count == want, "am_zcopy %u (%s): completion count %d, not %d", m,
+            ucs_status_string(answers[m]), comps[m].count, want);
+    }
+  }
+}
+
 int main(void) {
   uct_test_env_t e;
   uct_iface_attr_t attr_a, attr_b;
@@ -112,6 +127,7 @@ int main(void) {
   uct_iface_addr_t* iface_addr;
   static receiver_t r;
   static uct_completion_t comps[kMessages + 2];
+  static ucs_status_t answers[kMessages + 2];
   uint8_t* mem;
   uct_mem_h memh;
   unsigned zcopies = 0, copied = 0;
@@ -157,10 +173,12 @@ int main(void) {
           send_zcopy(ep, m, hdr, r.lengths[m], mem + m * 16384, memh, &comps[m]), "am_zcopy");
     CHECK(status == UCS_INPROGRESS || status == UCS_OK, "am_zcopy %llu: %s", (unsigned long long)m,
           ucs_status_string(status));
+    answers[m] = status;
     zcopies += status == UCS_INPROGRESS;
     copied += status == UCS_OK;
   }
   wait_for(worker, &r, kMessages, zcopies, "am_zcopy and am_short");
+  check_completions(comps, answers, kMessages, zcopies);
   CHECK(zcopies > 0, "no am_zcopy went from the caller's memory (%u copied)", copied);
   printf(
       "%d AMs in order with every byte: %u am_zcopy from the caller's memory (each completed "
@@ -190,21 +208,26 @@ int main(void) {
     r.lengths[m] = 64 + 1000;
     comps[m] = (uct_completion_t){.func = on_comp, .count = 1, .status = UCS_OK};
     status = send_zcopy(ep, m, 64, r.lengths[m], mem + m * 16384, memh, &comps[m]);
-    CHECK(status == UCS_OK || status == UCS_INPROGRESS,
-          "am_zcopy after %u puts took every operation descriptor: %s (am_short would go)", puts,
-          ucs_status_string(status));
+    /* 16 descriptors, all free after the AMs above: the 17th put is the one refused. */
+    CHECK(puts == 16, "%u puts before one was refused, not the 16 descriptors", puts);
+    CHECK(status == UCS_OK,
+          "am_zcopy after %u puts took every operation descriptor: %s, not UCS_OK (by a copy; "
+          "am_short would go)",
+          puts, ucs_status_string(status));
+    answers[m] = status;
     r.lengths[m + 1] = 16;
     CHECK_OK(send_short(ep, m + 1, r.lengths[m + 1]), "am_short after it");
-    wait_for(worker, &r, kMessages + 2, zcopies + (status == UCS_INPROGRESS), "after the puts");
+    wait_for(worker, &r, kMessages + 2, zcopies, "after the puts");
+    check_completions(comps, answers, kMessages + 1, zcopies);
     const double deadline = now_s() + kSeconds;
     while (put_comp.count > 0) {
       CHECK(now_s() < deadline, "%d puts not done after %d s", put_comp.count, kSeconds);
       uct_worker_progress(worker);
     }
     printf(
-        "%u puts took the operation descriptors; an am_zcopy then went (%s) and arrived "
+        "%u puts took the operation descriptors; an am_zcopy then went (copied) and arrived "
         "before the am_short after it\n",
-        puts, status == UCS_OK ? "copied" : "from the caller's memory");
+        puts);
     uct_rkey_release(e.rdmx, &key);
   }
 
