@@ -741,14 +741,14 @@ static ucs_status_t uct_rdmx_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void*
     }
   }
   ++iface->am_zcopy_copied;
-  desc = uct_rdmx_tx_get(iface);
+  desc = uct_rdmx_tx_peek(iface); /* tx_free is not empty (above) */
   if (header_length != 0) {
     memcpy(uct_rdmx_tx_data(desc), header, header_length);
   }
   if (length != 0) {
     memcpy(UCS_PTR_BYTE_OFFSET(uct_rdmx_tx_data(desc), header_length), payload, length);
   }
-  return uct_rdmx_tx_post(iface, ep, desc, total, id);
+  return uct_rdmx_tx_send(iface, ep, desc, total, id);
 }
 
 /* put_short and put_bcopy: the data copied into a bounce buffer, which the write reads after
