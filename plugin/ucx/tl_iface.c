@@ -718,7 +718,13 @@ static ucs_status_t uct_rdmx_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void*
     ucs_error("rdmx: am_zcopy: the payload's memh is not a registration of this MD");
     return UCS_ERR_INVALID_PARAM;
   }
-  if (uct_rdmx_ep_fence_blocked(ep, 0) || ucs_queue_is_empty(&iface->tx_free)) {
+  if (uct_rdmx_ep_fence_blocked(ep, 0)) {
+    return UCS_ERR_NO_RESOURCE;
+  }
+  /* The send descriptor the copy fallback takes: it stays the pool's head until then (rdmx runs
+   * no UCT callback outside progress). */
+  desc = uct_rdmx_tx_peek(iface);
+  if (desc == NULL) {
     return UCS_ERR_NO_RESOURCE;
   }
   UCT_TL_EP_STAT_OP(&ep->super, AM, ZCOPY, total);
@@ -741,7 +747,6 @@ static ucs_status_t uct_rdmx_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void*
     }
   }
   ++iface->am_zcopy_copied;
-  desc = uct_rdmx_tx_peek(iface); /* tx_free is not empty (above) */
   if (header_length != 0) {
     memcpy(uct_rdmx_tx_data(desc), header, header_length);
   }
