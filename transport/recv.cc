@@ -83,7 +83,10 @@ int Worker::progress() {
   if (send_completions_expected() || (progress_calls_ & 63) == 0) {
     events += ops_.poll_send(*this, send_cq_->get());
   }
-  events += housekeeping(/*look_at_clock=*/(progress_calls_ & 255) == 0);
+  const bool look_at_clock = (progress_calls_ & 255) == 0;
+  if (housekeeping_due(look_at_clock)) {
+    events += housekeeping(look_at_clock);
+  }
   if (!ring_peers_.empty()) {
     events += poll_rings();
   }
@@ -99,14 +102,25 @@ int Worker::progress() {
       next_connect_timer_us_ != protocol::kNoDeadline) [[likely]] {
     events += ops_.poll_recv(*this, recv_cq_->get());
   }
-  // MULTI: the caller (progress_any) runs them once it has released the lock.
+  // MULTI: the caller (progress_multi) runs them once it has released the lock.
   if ((done_head_ != nullptr || !failed_uids_.empty()) && !multi_) {
     events += run_completions();
   }
   return events;
 }
 
+// housekeeping's conditions, in the order it tests them: every branch of it must be here.
+// It looks at the pools (and so can find one low) only while pools_moved_, which it leaves set
+// while a pool is low or wants a refill.
+inline bool Worker::housekeeping_due(bool look_at_clock) const noexcept {
+  return pools_moved_ || look_at_clock || next_ud_timer_us_ != protocol::kNoDeadline ||
+         next_connect_timer_us_ != protocol::kNoDeadline || !flush_list_.empty() ||
+         rndv_->has_pending() || !wqp_retired_.empty() || !wqp_connect_list_.empty();
+}
+
 int Worker::housekeeping(bool look_at_clock) {
+  // A branch added here needs its condition in housekeeping_due too, or progress skips it (and
+  // in needs_progress, wakeup.cc, if arming must not sleep on it).
   int events = 0;
   // The pools only after a buffer was taken or given back since the last look (a ring or
   // shared-memory message takes none), or while one is low or waits for its refill.
@@ -174,7 +188,8 @@ bool Worker::drop_for_test() noexcept {
 
 // --- RC eager rings (channel/rc_ring.cc): polled by progress -----------------------------------
 
-int Worker::poll_rings() {
+// Most looks find no ring written: inline in progress(), they then cost no call.
+inline int Worker::poll_rings() {
   int n = 0;
   // By index: a ring given while we deliver (it never is today) must not invalidate the loop.
   for (std::size_t i = 0; i < ring_peers_.size(); ++i) {

@@ -10,7 +10,7 @@
 // (recv_shared, probe_shared, cancel_shared, recv.cc), as does the receive of an eager message
 // an mprobe took, without the matcher's (msg_recv_shared); a synchronous message's match-ack,
 // after the matcher's lock is let go, its peer's post lock (post_match_ack_shared). rdmx never
-// calls the host with it held: request and peer-failure callbacks run after progress_any, wait or
+// calls the host with it held: request and peer-failure callbacks run after progress_multi, wait or
 // destroy released it (take_completions under the lock, run_completions after). So a callback may
 // take the host's locks, and the host may hold them across rdmx calls that run no callbacks (posts,
 // cancel, probes), never across progress, poll, wait or destroy.
@@ -313,10 +313,7 @@ void Worker::add_thread_ctx(pid_t owner) {
   threads_.push_back(std::move(tc));
 }
 
-int Worker::progress_any() {
-  if (!multi_) [[likely]] {
-    return progress();
-  }
+int Worker::progress_multi() {
   if (lock_wanted_.load(std::memory_order_relaxed) != 0) {
     progress_deferred_.fetch_add(1, std::memory_order_relaxed);
     return 0;  // a post, receive or cancel waits for the lock: it goes first
@@ -343,7 +340,7 @@ int Worker::progress_any() {
 
 int Worker::poll_any(std::uint32_t max_polls, std::uint64_t spin_gap_us) {
   // MULTI: one poll per call. Spinning here would hold the lock other threads' posts wait for.
-  return multi_ ? progress_any() : poll(max_polls, spin_gap_us);
+  return multi_ ? progress_multi() : poll(max_polls, spin_gap_us);
 }
 
 void Worker::destroy(Worker* w) {

@@ -343,8 +343,14 @@ class Worker {
     int rc_ = RDMX_OK;
   };
   // rdmx_worker_progress / rdmx_worker_poll in any mode: MULTI polls once if no other thread is
-  // polling (else 0 at once) and runs the callbacks after unlocking.
-  int progress_any();
+  // polling (else 0 at once) and runs the callbacks after unlocking. Inline: the other modes
+  // call progress() directly, with no frame of their own for the MULTI path's lock.
+  int progress_any() {
+    if (!multi_) [[likely]] {
+      return progress();
+    }
+    return progress_multi();
+  }
   int poll_any(std::uint32_t max_polls, std::uint64_t spin_gap_us);
   int wait_on(Request* r, rdmx_status_t* status, int timeout_ms, CachedClock& clock);
   // rdmx_worker_destroy in MULTI mode: fails every request, lets waiting threads leave, deletes.
@@ -405,6 +411,11 @@ class Worker {
   // pool is low), UD and connection timers, the flush list, rendezvous steps, write QPs. Also
   // what arming does before it decides (wakeup.cc). Returns the events it found.
   int housekeeping(bool look_at_clock);
+  // Whether housekeeping(look_at_clock) would do anything (recv.cc, beside it): progress()
+  // calls it only then, so that a call finding nothing (a waiter's spin) pays no call and frame.
+  bool housekeeping_due(bool look_at_clock) const noexcept;
+  // progress_any's MULTI path (threads.cc): the lock, then progress and the callbacks.
+  int progress_multi();
   // After housekeeping: work that progress calls must do and neither a completion nor the
   // wake timer would announce; and the earliest deadline for the timer (wakeup.cc).
   bool needs_progress() const noexcept;
@@ -942,7 +953,7 @@ class Worker {
   // after done_head_'s.
   std::atomic<Request*> shared_done_{nullptr};
   // MULTI: unexpected messages taken by a receive under the shared side (recv_shared,
-  // msg_recv_shared), newest first, linked by next_free; progress_any, arm and destroy give their
+  // msg_recv_shared), newest first, linked by next_free; progress_multi, arm and destroy give their
   // buffers back (and send their owed match-acks) under the whole lock, which owns the pools and
   // the descriptor list (release_shared_taken).
   std::atomic<MsgDesc*> shared_taken_{nullptr};
@@ -975,11 +986,11 @@ class Worker {
   // probe_shared, cancel_shared); exclusive holders (progress's matching) need no more.
   ShortLock match_mu_;
   // Threads waiting for lock_ in a call that is not progress (lock_caller): while there are any,
-  // progress_any leaves the lock to them (a poller that spins would otherwise take it back first
+  // progress_multi leaves the lock to them (a poller that spins would otherwise take it back first
   // after each turn, and a blocking send would wait for its idle yield).
   std::atomic<int> lock_wanted_{0};
   std::atomic<std::uint64_t> stat_mt_lock_waits_{0};  // mt_lock_waits: by the waiter, as above
-  // progress_any calls that left it so: counted by the poller, on a line of its own so that the
+  // progress_multi calls that left it so: counted by the poller, on a line of its own so that the
   // poller's increments do not take the line of lock_ and lock_wanted_ from the waiters.
   alignas(64) std::atomic<std::uint64_t> progress_deferred_{0};
   std::uint64_t serial_ = 0;
