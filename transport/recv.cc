@@ -119,8 +119,9 @@ inline bool Worker::housekeeping_due(bool look_at_clock) const noexcept {
 }
 
 int Worker::housekeeping(bool look_at_clock) {
-  // A branch added here needs its condition in housekeeping_due too, or progress skips it (and
-  // in needs_progress, wakeup.cc, if arming must not sleep on it).
+  // A branch added here needs its condition in housekeeping_due too, or progress runs it only at
+  // its clock look, every 256th call: late, not never, so no test would fail (and the condition
+  // goes in needs_progress, wakeup.cc, too if arming must not sleep on it).
   int events = 0;
   // The pools only after a buffer was taken or given back since the last look (a ring or
   // shared-memory message takes none), or while one is low or waits for its refill.
