@@ -109,19 +109,18 @@ int Worker::progress() {
   return events;
 }
 
-// housekeeping's conditions, in the order it tests them: every branch of it must be here.
-// It looks at the pools (and so can find one low) only while pools_moved_, which it leaves set
-// while a pool is low or wants a refill.
+// housekeeping's conditions: every branch of it must be here. It looks at the pools (and so can
+// find one low) only while pools_moved_, which it leaves set while a pool is low or wants a
+// refill.
 inline bool Worker::housekeeping_due(bool look_at_clock) const noexcept {
-  return pools_moved_ || look_at_clock || next_ud_timer_us_ != protocol::kNoDeadline ||
-         next_connect_timer_us_ != protocol::kNoDeadline || !flush_list_.empty() ||
-         rndv_->has_pending() || !wqp_retired_.empty() || !wqp_connect_list_.empty();
+  return look_at_clock || next_ud_timer_us_ != protocol::kNoDeadline ||
+         next_connect_timer_us_ != protocol::kNoDeadline || housekeeping_queued();
 }
 
 int Worker::housekeeping(bool look_at_clock) {
-  // A branch added here needs its condition in housekeeping_due too, or progress runs it only at
-  // its clock look, every 256th call: late, not never, so no test would fail (and the condition
-  // goes in needs_progress, wakeup.cc, too if arming must not sleep on it).
+  // A branch added here needs its condition in housekeeping_due too (in housekeeping_queued if
+  // no deadline announces it, so that arming does not sleep on it), or progress runs it only at
+  // its clock look, every 256th call: late, not never, so no test would fail.
   int events = 0;
   // The pools only after a buffer was taken or given back since the last look (a ring or
   // shared-memory message takes none), or while one is low or waits for its refill.

@@ -21,8 +21,7 @@ namespace rdmx::transport {
 // no segment, arming has taken them back before it asks, so this holds only beside shm_).
 bool Worker::needs_progress() const noexcept {
   return done_head_ != nullptr || shared_done_.load(std::memory_order_relaxed) != nullptr ||
-         !failed_uids_.empty() || !flush_list_.empty() || pools_moved_ || rndv_->has_pending() ||
-         !wqp_retired_.empty() || !wqp_connect_list_.empty() ||
+         !failed_uids_.empty() || housekeeping_queued() ||
          (open_rings_ != 0 && !rings_withdrawn_) || shm_ != nullptr;
 }
 

@@ -414,6 +414,12 @@ class Worker {
   // Whether housekeeping(look_at_clock) would do anything (recv.cc, beside it): progress()
   // calls it only then, so that a call finding nothing (a waiter's spin) pays no call and frame.
   bool housekeeping_due(bool look_at_clock) const noexcept;
+  // The part of that which no deadline brings: pools to look at, sends in the flush list,
+  // rendezvous steps, write-QP work. Also what arming must not sleep on (needs_progress).
+  bool housekeeping_queued() const noexcept {
+    return pools_moved_ || !flush_list_.empty() || rndv_->has_pending() || !wqp_retired_.empty() ||
+           !wqp_connect_list_.empty();
+  }
   // progress_any's MULTI path (threads.cc): the lock, then progress and the callbacks.
   int progress_multi();
   // After housekeeping: work that progress calls must do and neither a completion nor the
