@@ -93,5 +93,43 @@ expect 1 "rdmx killed by the time limit" boot 124 ucx_boot 2
 expect 1 "rdmx crashed" crash 139 ucx_boot 2
 expect 1 "the control crashed" boot 2 crash 139
 expect 1 "the control failed a data check" boot 2 data 2
+# run, with a stand-in for mpirun: each call prints the next output named in $dir/plan (a line
+# "NAME EXIT" per call), exits with its code, and logs which pml it was asked for.
+cat >"$dir/mpirun" <<END
+#!/bin/bash
+n=\$((\$(wc -l <"$dir/calls") + 1))
+echo "\$*" | grep -o -- '--mca pml [a-z]*' | cut -d' ' -f3 >>"$dir/calls"
+read -r name code < <(sed -n "\${n}p" "$dir/plan")
+cat "$dir/\$name"
+exit "\$code"
+END
+expect_run() {  # expect_run WANT WHAT PMLS NAME:EXIT...: the verdict and the pmls called, in order
+  local want=$1 what=$2 pmls=$3 got called
+  shift 3
+  printf '%s\n' "$@" | tr ':' ' ' >"$dir/plan"
+  : >"$dir/calls"
+  RDMX_TEST_TIMEOUT=30 bash "$script" run rc /nowhere "$dir/mpirun" -np 2 -- prog \
+    >"$dir/said" 2>&1
+  got=$?
+  called=$(paste -sd' ' "$dir/calls")
+  if [ "$got" = "$want" ] && [ "$called" = "$pmls" ]; then
+    echo "ok   run: $what: exit $got, pmls $called"
+  else
+    echo "FAIL run: $what: exit $got (wanted $want), pmls '$called' (wanted '$pmls'):"
+    cat "$dir/said"
+    failures=$((failures + 1))
+  fi
+}
+chmod +x "$dir/mpirun"
+expect_run 0 "rdmx passed" "cm" steady:0
+expect_run 0 "failed where pml ucx was steady, passed once more" "cm ucx cm" boot:2 steady:0 \
+  steady:0
+expect_run 1 "failed twice where pml ucx was steady" "cm ucx cm" boot:2 steady:0 boot:2
+expect_run 77 "worse than the control, then within its limits" "cm ucx cm" one_size:2 \
+  ucx_boot:2 boot:2
+expect_run 77 "both unsteady alike: skipped, no second run" "cm ucx" boot:2 ucx_boot:2
+expect_run 1 "issue 24 twice" "cm ucx cm" defect:2 ucx_boot:2 defect:2
+expect_run 1 "rdmx failed a data check: no control, no second run" "cm" data:2
+expect_run 1 "the control crashed: no second run" "cm ucx" boot:2 crash:139
 [ "$failures" = 0 ] || { echo "$failures verdict(s) wrong"; exit 1; }
 echo "all verdicts as expected"
