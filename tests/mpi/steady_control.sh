@@ -10,18 +10,19 @@
 # exit 2, every data check passed), the same PROGRAM and arguments run over pml ucx in the same
 # boot, on the device whose packet counters moved: rc_verbs (with ud_verbs for its wire-up, as
 # ci/bench-mpi runs it) for rc, ud_verbs for ud. Then judge decides, size by size (below). When
-# it fails rdmx, whose run failed on unsteady latency alone, and the control ran to its end
-# (steady, or unsteady alone), rdmx runs once more in the same boot and judge decides on that
-# run instead. Two runs of one boot differ (the median up to 2x, below), and a count just over a
-# limit can be such a difference: in a CI run of 2026-12-03, 108 stalls at one size against the
-# 100 allowed, where UCX had 25. A defect fails both runs. judge:
+# judge fails rdmx (exit 1) and the control was steady or unsteady alone, rdmx runs once more
+# in the same boot and judge decides on that run instead. Two runs of one boot differ (the
+# median up to 2x, below), and a count just over a limit can be such a difference: in a CI run
+# of 2026-12-03, 108 stalls at one size against the 100 allowed, where UCX had 25. So the test
+# is the best of two runs: the defect of issue 24 fails both, one that shows in some runs only
+# gets through more often. judge:
 #   exit 77  (skipped) every size rdmx failed, UCX failed too, and there rdmx had at most 3x UCX's
 #            stalls (plus the number the limit allows), at most 3x its p99 multiple when rdmx's
 #            was over the limit, and at most 3x its median (two runs in a row of one boot have
 #            differed 2x at the median, either way): the boot itself was unsteady. The
 #            emulated guest loses its CPUs to the host for one or more host ticks now and then
 #            (4-16 ms, tests/mpi/CMakeLists.txt), and such a boot decides the count, not rdmx;
-#   exit 1   anything else: rdmx worse than that at any size, pml ucx steady, or either run
+#   exit 1   anything else: rdmx worse than that at any size, pml ucx steady, or any run
 #            ending otherwise (a data check, a crash, the time limit);
 #   exit 0   rdmx passed (in run: either run of it).
 # The defect of issue 24 (rdmx 4-35x slower than pml ucx in the same boot, most round trips
@@ -60,7 +61,7 @@ unsteady_only() {  # $1 output, $2 exit
 judge() {  # $1 rdmx output, $2 its exit, $3 pml ucx output, $4 its exit
   [ "$2" = 0 ] && return 0
   if ! unsteady_only "$1" "$2"; then
-    echo "steady_control: rdmx failed (exit $2), not on unsteady latency alone: no control run"
+    echo "steady_control: FAIL: rdmx failed (exit $2), not on unsteady latency alone"
     return 1
   fi
   if [ "$4" = 0 ]; then
@@ -148,16 +149,18 @@ run() {
   local verdict=$?
   if [ "$verdict" = 1 ] && unsteady_only "$dir/rdmx" "$rrc" &&
     { [ "$urc" = 0 ] || unsteady_only "$dir/ucx" "$urc"; }; then
-    echo "--- rdmx once more in this boot, judged against the same control"
+    echo "--- rdmx once more in this boot: its verdict against the same control replaces the above"
     over_rdmx "$dir/rdmx2" "$@"
     rrc=$?
+    echo "--- rdmx once more: exit $rrc"
     judge "$dir/rdmx2" "$rrc" "$dir/ucx" "$urc"
     verdict=$?
   fi
   return "$verdict"
 }
 
-# PROGRAM over the rdmx MTL, its output in $1 too; returns mpirun's exit. Uses run's locals.
+# PROGRAM over the rdmx MTL, its output in $1 too; returns mpirun's exit. Called from run only:
+# it uses run's locals.
 over_rdmx() {
   local out=$1
   shift

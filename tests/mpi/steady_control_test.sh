@@ -1,6 +1,7 @@
 #!/bin/bash
 # The verdicts of steady_control.sh judge, from outputs shaped as mpi_steady_latency prints them
-# (its header, table rows and FAIL lines; tests/mpi/mpi_steady_latency.c, mpi_test.h).
+# (its header, table rows and FAIL lines; tests/mpi/mpi_steady_latency.c, mpi_test.h), and the
+# runs and verdict of steady_control.sh run, with a stand-in for mpirun that replays them.
 #   steady_control_test.sh PATH_TO_steady_control.sh
 set -u
 script=$1
@@ -98,8 +99,10 @@ expect 1 "the control failed a data check" boot 2 data 2
 cat >"$dir/mpirun" <<END
 #!/bin/bash
 n=\$((\$(wc -l <"$dir/calls") + 1))
-echo "\$*" | grep -o -- '--mca pml [a-z]*' | cut -d' ' -f3 >>"$dir/calls"
+pml=\$(echo "\$*" | grep -o -- '--mca pml [a-z]*' | cut -d' ' -f3)
+echo "\${pml:-none}" >>"$dir/calls"
 read -r name code < <(sed -n "\${n}p" "$dir/plan")
+[ -n "\$name" ] || { echo "stand-in mpirun: call \$n is beyond the plan" >&2; exit 99; }
 cat "$dir/\$name"
 exit "\$code"
 END
@@ -131,5 +134,9 @@ expect_run 77 "both unsteady alike: skipped, no second run" "cm ucx" boot:2 ucx_
 expect_run 1 "issue 24 twice" "cm ucx cm" defect:2 ucx_boot:2 defect:2
 expect_run 1 "rdmx failed a data check: no control, no second run" "cm" data:2
 expect_run 1 "the control crashed: no second run" "cm ucx" boot:2 crash:139
+expect_run 1 "the control hit the time limit: no second run" "cm ucx" boot:2 boot:124
+expect_run 1 "the second run crashed" "cm ucx cm" boot:2 steady:0 crash:139
+expect_run 1 "the second run failed a data check" "cm ucx cm" boot:2 steady:0 data:2
+expect_run 1 "the second run hit the time limit" "cm ucx cm" boot:2 steady:0 boot:124
 [ "$failures" = 0 ] || { echo "$failures verdict(s) wrong"; exit 1; }
 echo "all verdicts as expected"
