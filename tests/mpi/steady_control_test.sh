@@ -52,7 +52,7 @@ expect() {  # expect WANT WHAT RDMX RDMX_EXIT UCX UCX_EXIT
 }
 
 # The CI boot of stop 46 (rdmx RC) and a UCX run of the same kind.
-out steady 0:70:300:3 8:72:310:5 512:140:410:1
+out steady 0:70:300:3 1:70:300:2 8:72:310:5 16:72:310:4 512:140:410:1
 out boot 0:78:392:329 1:78:386:354 8:84:364:191 16:83:413:399 512:141:613:691
 out ucx_boot 0:60:380:300 1:61:390:420 8:60:350:150 16:62:400:350 512:120:600:700
 # That boot's output as mpirun interleaved it: rank 1's FAIL prefix, then rank 0's histogram
@@ -69,6 +69,10 @@ out ucx_p99 0:60:1800:150 8:60:1800:150 512:120:3600:150
 out slower 0:800:3000:250 8:820:3000:250 512:900:3500:250
 out ucx_p99_only 0:60:1500:0 8:60:1500:0 512:120:3000:0
 out ucx_part 0:60:380:300 1:61:390:420 8:60:350:90 16:62:400:350 512:120:600:700
+# CI runs of 2026-12: rdmx just over the stall limit at one size where pml ucx passed with fewer.
+out ci_over 0:38:255:42 1:33:239:128 8:32:150:52 16:27:86:32 512:62:384:82
+out ci_ucx 0:29:98:44 1:25:90:73 8:24:82:53 16:24:69:16 512:42:230:50
+out ucx_quiet 0:29:98:4 1:25:90:5 8:24:82:3 16:24:69:2 512:42:230:6
 {
   cat "$dir/boot"
   echo "[mpi_steady_latency rank 1] x.c:75: FAIL: size 8 iteration 9: wrong message"
@@ -79,7 +83,11 @@ printf '%s\n' "-----------------------------------------------------------------
   "mpirun noticed that process rank 0 exited on signal 11 (Segmentation fault)." >"$dir/crash"
 
 expect 0 "rdmx passed" steady 0 crash 139
-expect 1 "pml ucx steady in the same boot" boot 2 steady 0
+expect 1 "pml ucx steady in the same boot, rdmx far worse" boot 2 steady 0
+expect 0 "just over the limit where pml ucx passed, within 3x its stalls" ci_over 2 ci_ucx 0
+expect 1 "over the limit where pml ucx passed with almost no stalls" ci_over 2 ucx_quiet 0
+expect 1 "issue 24 where pml ucx passed" defect 2 ci_ucx 0
+expect 1 "the median alone 10x where pml ucx passed" slower 2 ci_ucx 0
 expect 77 "both unsteady, rdmx within the limits at every size" boot 2 ucx_boot 2
 expect 77 "the same, as mpirun interleaved the FAIL lines" interleaved 2 ucx_boot 2
 expect 1 "issue 24: the median itself raised" defect 2 ucx_boot 2
@@ -87,7 +95,7 @@ expect 1 "one size far worse, hidden in a total" one_size 2 ucx_spread 2
 expect 1 "p99 150x against UCX's 30x" p99_high 2 ucx_p99 2
 expect 1 "rdmx 10x slower at the median" slower 2 ucx_boot 2
 expect 1 "UCX failed on p99 alone, rdmx on stalls" boot 2 ucx_p99_only 2
-expect 1 "a size UCX passed (rdmx within 3x of its stalls there)" boot 2 ucx_part 2
+expect 77 "a size UCX passed, rdmx within 3x of its stalls there" boot 2 ucx_part 2
 expect 1 "rdmx also failed a data check" data 2 ucx_boot 2
 expect 1 "rdmx's watchdog after the table" watchdog 2 ucx_boot 2
 expect 1 "rdmx killed by the time limit" boot 124 ucx_boot 2
@@ -128,6 +136,9 @@ expect_run 0 "rdmx passed" "cm" steady:0
 expect_run 0 "failed where pml ucx was steady, passed once more" "cm ucx cm" boot:2 steady:0 \
   steady:0
 expect_run 1 "failed twice where pml ucx was steady" "cm ucx cm" boot:2 steady:0 boot:2
+expect_run 0 "just over where pml ucx passed: no second run" "cm ucx" ci_over:2 ci_ucx:0
+expect_run 0 "over where pml ucx was quiet, passed once more" "cm ucx cm" ci_over:2 \
+  ucx_quiet:0 steady:0
 expect_run 77 "worse than the control, then within its limits" "cm ucx cm" one_size:2 \
   ucx_boot:2 boot:2
 expect_run 77 "both unsteady alike: skipped, no second run" "cm ucx" boot:2 ucx_boot:2
