@@ -88,7 +88,7 @@ expect 0 "just over the limit where pml ucx passed, within 3x its stalls" ci_ove
 expect 1 "over the limit where pml ucx passed with almost no stalls" ci_over 2 ucx_quiet 0
 expect 1 "issue 24 where pml ucx passed" defect 2 ci_ucx 0
 expect 1 "the median alone 10x where pml ucx passed" slower 2 ci_ucx 0
-expect 77 "both unsteady, rdmx within the limits at every size" boot 2 ucx_boot 2
+expect 77 "both unsteady, rdmx within the margins at every size" boot 2 ucx_boot 2
 expect 77 "the same, as mpirun interleaved the FAIL lines" interleaved 2 ucx_boot 2
 expect 1 "issue 24: the median itself raised" defect 2 ucx_boot 2
 expect 1 "one size far worse, hidden in a total" one_size 2 ucx_spread 2
@@ -139,7 +139,7 @@ expect_run 1 "failed twice where pml ucx was steady" "cm ucx cm" boot:2 steady:0
 expect_run 0 "just over where pml ucx passed: no second run" "cm ucx" ci_over:2 ci_ucx:0
 expect_run 0 "over where pml ucx was quiet, passed once more" "cm ucx cm" ci_over:2 \
   ucx_quiet:0 steady:0
-expect_run 77 "worse than the control, then within its limits" "cm ucx cm" one_size:2 \
+expect_run 77 "worse than the control, then within its margins" "cm ucx cm" one_size:2 \
   ucx_boot:2 boot:2
 expect_run 77 "both unsteady alike: skipped, no second run" "cm ucx" boot:2 ucx_boot:2
 expect_run 1 "issue 24 twice" "cm ucx cm" defect:2 ucx_boot:2 defect:2
