@@ -40,8 +40,9 @@ static_assert(std::endian::native == std::endian::little,
 // 4: kRingOffer and ring_ack (the RDMA-write eager ring, ring.h). 5: RtsBody.rkey/addr,
 // kCtsFlagRead, kFinFlagReadDone (the receiver reads a share of a rendezvous message).
 // 6: kRndvImm (the shared-memory channel's write-with-immediate). 7: kRingWithdraw,
-// kRingReleased (a worker that sleeps takes its eager rings back).
-inline constexpr std::uint8_t kWireVersion = 7;
+// kRingReleased (a worker that sleeps takes its eager rings back). 8: the ring footer's check
+// (ring_check, ring.h): a peer of 7 would never see our ring messages complete.
+inline constexpr std::uint8_t kWireVersion = 8;
 
 enum class MsgKind : std::uint8_t {
   kInvalid = 0,        // a zeroed buffer must never validate

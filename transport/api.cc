@@ -9,6 +9,7 @@
 
 #include "rdmx/rdmx.h"
 #include "transport/config.h"
+#include "transport/send_now.h"
 #include "transport/worker.h"
 
 using rdmx::transport::Request;

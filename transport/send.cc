@@ -26,6 +26,7 @@
 
 #include "transport/channel/rc_channel.h"
 #include "transport/channel/ud_channel.h"
+#include "transport/send_now.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 
@@ -56,16 +57,6 @@ bool Worker::header_only_wr(eager::SendPool& pool, const protocol::MsgHeader& h,
   sge->addr = reinterpret_cast<std::uintptr_t>(data);
   sge->lkey = pool.lkey();
   return true;
-}
-
-inline bool Worker::wants_coalesce(const Peer& peer, std::size_t length, unsigned send_flags,
-                                   bool queued) const noexcept {
-  // Standard sends only (a sync send waits for its match-ack; a rendezvous one for the
-  // receiver); at least two per batch; and only inside a burst, or from the queue of sends that
-  // waited for resources anyway (as openib did).
-  return send_flags == 0 && config_.coalesce != 0 &&
-         protocol::batch_record_size(length) <= peer.batch_capacity / 2 &&
-         (queued || peer.batch.count() != 0 || peer.send_epoch == progress_calls_);
 }
 
 inline bool Worker::coalesce(Peer& peer, Request* r, bool queued) {
@@ -325,37 +316,6 @@ void Worker::fail_peer(Peer& peer, int code, const char* why, bool dead) {
   }
 }
 
-// Above the threshold, and anything the peer's eager buffers cannot take.
-inline bool Worker::rendezvous_size(const Peer& peer, std::size_t length) const noexcept {
-  return length >= res_.rndv_thresh ||
-         length > std::min<std::size_t>(res_.eager_limit, peer.address.class_capacity[1]);
-}
-
-// A send leaves now, in order after every earlier one to the peer, or not at all. It cannot when
-// the connection is not up yet, earlier sends to the peer wait or are packed, the message is of
-// rendezvous size, a send queue or the peer's credits are full, or (without RDMX_SEND_FLUSH) it
-// belongs in a batch: the first send after a progress call leaves at once, the ones behind it
-// before the next call are packed (a burst).
-inline int Worker::send_now(eager::SendPool& pool, Peer& peer, const SendBytes& bytes,
-                            std::uint64_t tag, unsigned flags) {
-  const std::size_t length = bytes.total();
-  if (rendezvous_size(peer, length) || peer.state != PeerState::kConnected || peer.has_waiting() ||
-      peer.batch.count() != 0 || wants_coalesce(peer, length, flags, /*queued=*/false))
-      [[unlikely]] {
-    return RDMX_ERR_NO_RESOURCE;
-  }
-  // An eager message has no body (protocol::body_size): the channel's body slot carries the
-  // head, which it lays down right before the data, so the receiver sees one payload.
-  protocol::MsgHeader h = message_header(peer, protocol::MsgKind::kEager, tag, 0, length);
-  const PostResult res =
-      peer.post(*this, peer, pool, h, bytes.head, bytes.head_length, bytes.data, bytes.length);
-  if (res == PostResult::kNoResource) [[unlikely]] {
-    return RDMX_ERR_NO_RESOURCE;
-  }
-  peer.send_epoch = progress_calls_;
-  return res == PostResult::kPosted ? RDMX_OK : RDMX_ERR_IO;
-}
-
 // The locks of a send under the shared side. While the shared side is held only other such
 // sends, receives and probes run: nothing changes threads_ or the state that exclusive holders
 // alone write (progress, wire-up, failures, the flush list). The context is the thread's own; the
@@ -423,26 +383,6 @@ bool Worker::send_request_shared(int ctx, Peer& peer, const void* buffer, std::s
   r->send_flags = static_cast<std::uint16_t>(flags);
   complete_shared(r);
   return true;
-}
-
-inline int Worker::inject_now(Peer& peer, const SendBytes& bytes, std::uint64_t tag,
-                              unsigned flags) {
-  if (!bytes.injectable(flags)) {
-    return RDMX_ERR_INVALID_PARAM;
-  }
-  if (peer.state == PeerState::kFailed) [[unlikely]] {
-    return failed_code_ != 0 ? failed_code_ : RDMX_ERR_UNREACHABLE;
-  }
-  return send_now(*tx_->send, peer, bytes, tag, flags);
-}
-
-int Worker::tag_inject(Peer& peer, const SendBytes& bytes, std::uint64_t tag, unsigned flags) {
-  return inject_now(peer, bytes, tag, flags);
-}
-
-int Worker::tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
-                       unsigned flags) {
-  return inject_now(peer, SendBytes{nullptr, 0, buffer, length}, tag, flags);
 }
 
 int Worker::tag_send_zcopy(Peer& peer, const SendBytes& bytes, std::uint32_t lkey,

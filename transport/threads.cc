@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "transport/send_now.h"
 #include "transport/worker.h"
 #include "verbs/error.h"
 

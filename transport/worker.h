@@ -243,9 +243,9 @@ class Worker {
 
   int tag_send(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                unsigned flags, Request* request, rdmx_callback_t callback, void* user_data);
-  // rdmx_tag_inject_header, and rdmx_tag_inject with no head: its own function, so that the
+  // rdmx_tag_inject_header, and rdmx_tag_inject with no head: its own overload, so that the
   // empty head folds away in the MTL's MPI_Send (11 instructions, callgrind). The caller has
-  // built the head; the checks are the data's and the flags'.
+  // built the head; the checks are the data's and the flags'. Inline, in send_now.h.
   int tag_inject(Peer& peer, const SendBytes& bytes, std::uint64_t tag, unsigned flags);
   int tag_inject(Peer& peer, const void* buffer, std::size_t length, std::uint64_t tag,
                  unsigned flags);
@@ -628,7 +628,8 @@ class Worker {
   // Whether a send of `length` bytes to `peer` goes by rendezvous.
   bool rendezvous_size(const Peer& peer, std::size_t length) const noexcept;
   // A standard eager send that leaves now (RDMX_OK, or RDMX_ERR_IO: its post failed), or
-  // RDMX_ERR_NO_RESOURCE with nothing done (send.cc says when).
+  // RDMX_ERR_NO_RESOURCE with nothing done. send_now.h says when, and defines it, inject_now,
+  // rendezvous_size and wants_coalesce inline.
   [[gnu::always_inline]] int send_now(eager::SendPool& pool, Peer& peer, const SendBytes& bytes,
                                       std::uint64_t tag, unsigned flags);
   // Both tag_injects: the checks, then send_now.
