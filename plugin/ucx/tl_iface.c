@@ -381,11 +381,7 @@ static uct_rdmx_tx_desc_t* uct_rdmx_tx_peek(uct_rdmx_iface_t* iface) {
 
 static ucs_status_t uct_rdmx_ep_mark(uct_ep_h tl_ep, unsigned flags, uct_completion_t* comp);
 
-/* Whether an operation (a put or get when `rma`, else an AM or a flush) must wait for the
- * endpoint's fence, which ends when everything before it is done at the peer. AMs arrive in
- * order by themselves (rdmx keeps MPI's order per peer), so an AM waits only for the puts and
- * gets before the fence, which go on another QP; a put or get waits for everything. A fence whose
- * marker rdmx refused posts it here. */
+/* uct_rdmx_ep_fence_blocked's answer for an endpoint with a fence set. */
 static UCS_F_NOINLINE int uct_rdmx_ep_fence_wait(uct_rdmx_ep_t* ep, int rma) {
   if (ep->marker_seq < ep->fence_seq) {
     (void)uct_rdmx_ep_mark(&ep->super.super, 0, NULL);
@@ -398,8 +394,12 @@ static UCS_F_NOINLINE int uct_rdmx_ep_fence_wait(uct_rdmx_ep_t* ep, int rma) {
   return rma || ep->fence_rma;
 }
 
-/* The test inline, the wait out of line: every AM, put and get asks (-6 instructions per
- * am_short, callgrind). */
+/* Whether an operation (a put or get when `rma`, else an AM or a flush) must wait for the
+ * endpoint's fence, which ends when everything before it is done at the peer. AMs arrive in
+ * order by themselves (rdmx keeps MPI's order per peer), so an AM waits only for the puts and
+ * gets before the fence, which go on another QP; a put or get waits for everything. A fence whose
+ * marker rdmx refused posts it here. The test is inline, the fenced case out of line: every AM,
+ * put and get asks (-6 instructions per am_short, callgrind). */
 static UCS_F_ALWAYS_INLINE int uct_rdmx_ep_fence_blocked(uct_rdmx_ep_t* ep, int rma) {
   return ucs_unlikely(ep->fenced) ? uct_rdmx_ep_fence_wait(ep, rma) : 0;
 }
