@@ -24,9 +24,12 @@ struct TxRing {
   std::uint32_t slots = 0;
   std::uint32_t slot_size = 0;
   std::uint32_t max_image = 0;  // min(slot_size, our max inline size): what one write may carry
-  std::uint32_t head = 0;       // next slot to write
-  std::uint32_t sent = 0;       // messages written, in all (mod 2^32)
-  std::uint32_t taken = 0;      // messages the peer took out again (its ring_ack)
+  // Where the next slot to write ends, and where the last slot ends: a message goes at the end
+  // of its slot, so its address is one subtraction (no multiply on the send).
+  std::uint64_t next_end = 0;
+  std::uint64_t last_end = 0;
+  std::uint32_t sent = 0;   // messages written, in all (mod 2^32)
+  std::uint32_t taken = 0;  // messages the peer took out again (its ring_ack)
 };
 
 struct RcPeer {

@@ -103,7 +103,8 @@ void Worker::on_ring_offer(Peer& p, const protocol::RingBody& b) {
                         .slots = b.slots,
                         .slot_size = b.slot_size,
                         .max_image = max_image,
-                        .head = 0,
+                        .next_end = b.addr + b.slot_size,
+                        .last_end = b.addr + std::uint64_t{b.slots} * b.slot_size,
                         .sent = 0,
                         .taken = 0};
 }

@@ -178,8 +178,7 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.num_sge = 1;
     wr.send_flags = IBV_SEND_INLINE;
-    wr.wr.rdma.remote_addr =
-        ring.addr + std::uint64_t{ring.head} * ring.slot_size + ring.slot_size - image;
+    wr.wr.rdma.remote_addr = ring.next_end - image;
     wr.wr.rdma.rkey = ring.rkey;
   } else if (total <= max_inline_) {
     // The provider copies header and payload into the WQE: no bounce buffer, no completion
@@ -226,7 +225,8 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
     peer.rc.grant_due = false;
   }
   if (to_ring) {
-    ring.head = ring.head + 1 == ring.slots ? 0 : ring.head + 1;
+    ring.next_end = ring.next_end == ring.last_end ? ring.addr + ring.slot_size
+                                                   : ring.next_end + ring.slot_size;
     ++ring.sent;
     ++peer.rc.ring_sends;
   }
