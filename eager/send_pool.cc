@@ -66,6 +66,7 @@ SendPool::SendPool(const verbs::ProtectionDomain& pd, const Params& params)
   }
   for (std::uint32_t i = 0; i < params.descs; ++i) {
     desc_free_[i] = params.descs - 1 - i;
+    descs_[i].wr_id_base = id_base(i, 0);
   }
   desc_free_count_ = params.descs;
 }

@@ -62,6 +62,13 @@ constexpr std::size_t ring_image_size(std::size_t length) noexcept {
   return ring_align8(length) + kRingFooterSize;
 }
 
+// The longest message (header included) whose image fits in `max_image` bytes (>= the footer):
+// ring_image_size(length) <= max_image exactly when length <= ring_max_length(max_image). A
+// sender keeps it so that its per-message test is one compare.
+constexpr std::size_t ring_max_length(std::size_t max_image) noexcept {
+  return (max_image - kRingFooterSize) & ~std::size_t{7};
+}
+
 // A ring geometry a receiver may offer and a sender may accept.
 constexpr bool ring_geometry_ok(std::uint32_t slots, std::size_t slot_size) noexcept {
   return slots >= kRingMinSlots && slots <= kRingMaxSlots && slot_size >= kRingMinSlot &&

@@ -105,6 +105,12 @@ constexpr std::uint64_t encode(const WrId& id) noexcept {
          ((std::uint64_t{id.slot} & kWrSlotMask) << kWrSlotShift);
 }
 
+// encode() of a WrId whose kind is kNone, given its kind: for owners that keep the rest of a
+// slot's wr_id from one use to the next (eager/send_pool.h). Precondition: is_encodable_kind.
+constexpr std::uint64_t with_kind(std::uint64_t base, WrKind kind) noexcept {
+  return base | ((static_cast<std::uint64_t>(kind) & kWrKindMask) << kWrKindShift);
+}
+
 constexpr WrId decode(std::uint64_t wr_id) noexcept {
   return WrId{
       .kind = static_cast<WrKind>((wr_id >> kWrKindShift) & kWrKindMask),

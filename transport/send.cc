@@ -516,7 +516,7 @@ void Worker::on_send_completion(const ibv_wc& wc) {
   ThreadCtx& owner = threads_[id.thread];
   eager::SendPool& pool = *owner.send;
   if (id.slot >= pool.desc_count() || !pool.desc(id.slot).in_use ||
-      pool.desc(id.slot).generation != id.generation) [[unlikely]] {
+      pool.generation(id.slot) != id.generation) [[unlikely]] {
     std::fprintf(stderr, "rdmx: stale send completion (slot %u generation %u)\n", id.slot,
                  id.generation);
     return;

@@ -127,6 +127,37 @@ TEST(Ring, CheckCoversEveryByteAndTheLength) {
   EXPECT_NE(ring_check(m.data(), 56), ring_check(m.data(), 64));
 }
 
+// The check is the word chain the format defines, in address order, for every word count (the
+// compiler's unrolled loop and its remainder included): a sender and a receiver built apart agree
+// on it.
+TEST(Ring, CheckIsTheWordChainInOrder) {
+  constexpr std::uint64_t kMul = 0x9e3779b97f4a7c15ull;
+  std::vector<std::byte> m(kSlot);
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    m[i] = static_cast<std::byte>(i * 37 + 11);
+  }
+  for (std::size_t length = 0; length + 8 <= m.size(); ++length) {
+    std::uint64_t h = 0x52444d58ull ^ (std::uint64_t{length} << 32);
+    for (std::size_t i = 0; i < ring_align8(length); i += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, m.data() + i, 8);
+      h = (h ^ w) * kMul;
+    }
+    h ^= h >> 29;
+    h *= kMul;
+    EXPECT_EQ(ring_check(m.data(), length), static_cast<std::uint32_t>(h ^ (h >> 32))) << length;
+  }
+}
+
+TEST(Ring, MaxLengthIsTheLongestMessageWhoseImageFits) {
+  for (std::size_t max_image = kRingFooterSize; max_image <= 300; ++max_image) {
+    for (std::size_t length = 0; length <= 320; ++length) {
+      EXPECT_EQ(ring_image_size(length) <= max_image, length <= ring_max_length(max_image))
+          << max_image << " " << length;
+    }
+  }
+}
+
 TEST(Ring, SealPadsWithZeros) {
   // Every padding length (0 to 7 bytes), over stale bytes, in an image of exactly
   // ring_image_size: the padding store must stay inside it.

@@ -27,6 +27,19 @@ TEST(WrId, RoundTripsEveryKind) {
   }
 }
 
+// with_kind adds the kind to a kept base and gives exactly what encode gives (SendPool's posts).
+TEST(WrId, WithKindEqualsEncode) {
+  for (WrKind kind : kAllKinds) {
+    for (std::uint16_t gen : {std::uint16_t{0}, static_cast<std::uint16_t>(kWrMaxGeneration)}) {
+      for (std::uint32_t slot : {std::uint32_t{0}, 77u, kWrMaxSlot}) {
+        const std::uint64_t base = encode(WrId{WrKind::kNone, 3, gen, slot});
+        EXPECT_EQ(with_kind(base, kind), encode(WrId{kind, 3, gen, slot}));
+        EXPECT_EQ(decode(with_kind(base, kind)), (WrId{kind, 3, gen, slot}));
+      }
+    }
+  }
+}
+
 TEST(WrId, RoundTripsFieldExtremes) {
   for (WrKind kind : {WrKind::kSrqRecv, WrKind::kRdmaRead, static_cast<WrKind>(14)}) {
     for (std::uint16_t thread : {std::uint16_t{0}, static_cast<std::uint16_t>(kWrMaxThread)}) {

@@ -23,7 +23,9 @@ struct TxRing {
   std::uint32_t rkey = 0;
   std::uint32_t slots = 0;
   std::uint32_t slot_size = 0;
-  std::uint32_t max_image = 0;  // min(slot_size, our max inline size): what one write may carry
+  // The longest message whose slot image one write may carry (protocol::ring_max_length of
+  // min(slot_size, our max inline size)).
+  std::uint32_t max_length = 0;
   // Where the next slot to write ends, and where the last slot ends: a message goes at the end
   // of its slot, so its address is one subtraction (no multiply on the send).
   std::uint64_t next_end = 0;

@@ -98,15 +98,16 @@ void Worker::on_ring_offer(Peer& p, const protocol::RingBody& b) {
     }
     return;
   }
-  p.rc.tx_ring = TxRing{.addr = b.addr,
-                        .rkey = b.rkey,
-                        .slots = b.slots,
-                        .slot_size = b.slot_size,
-                        .max_image = max_image,
-                        .next_end = b.addr + b.slot_size,
-                        .last_end = b.addr + std::uint64_t{b.slots} * b.slot_size,
-                        .sent = 0,
-                        .taken = 0};
+  p.rc.tx_ring =
+      TxRing{.addr = b.addr,
+             .rkey = b.rkey,
+             .slots = b.slots,
+             .slot_size = b.slot_size,
+             .max_length = static_cast<std::uint32_t>(protocol::ring_max_length(max_image)),
+             .next_end = b.addr + b.slot_size,
+             .last_end = b.addr + std::uint64_t{b.slots} * b.slot_size,
+             .sent = 0,
+             .taken = 0};
 }
 
 void Worker::withdraw_rings() {

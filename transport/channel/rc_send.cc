@@ -138,8 +138,8 @@ inline Worker::PostResult Worker::post_rc(eager::SendPool& pool, Peer& peer, pro
   // and a slot is free; the write goes over QP 0, which small sends use too. Otherwise the
   // receiver's size class picks the QP (each QP feeds the SRQ of its class).
   TxRing& ring = peer.rc.tx_ring;
-  const bool to_ring = protocol::ring_image_size(total) <= ring.max_image &&
-                       protocol::ring_free_slots(ring.slots, ring.sent, ring.taken) != 0;
+  const bool to_ring =
+      total <= ring.max_length && protocol::ring_free_slots(ring.slots, ring.sent, ring.taken) != 0;
   const int cls = to_ring || wire <= peer.address.class_capacity[0] ? 0 : 1;
   eager::SendQueue& sq = peer.rc.sq[cls];
   if (!rc_admit(pool, peer, cls)) [[unlikely]] {
