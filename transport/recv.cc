@@ -158,6 +158,12 @@ int Worker::housekeeping(bool look_at_clock) {
       run_connect_timers(now);
     }
     if (now >= next_ud_timer_us_) {
+      // What has arrived first. A process back from computing for longer than the RTO finds
+      // its timers expired while the peer's answers, which ack what they would resend, wait in
+      // the receive CQ: without this look each such return resent the last unacked messages
+      // to every peer (mpi_oneway over rdmx_ud: a resend per round trip). Their arrival is
+      // delivered here as progress would a moment later.
+      events += ops_.poll_recv(*this, recv_cq_->get());
       run_ud_timers(now);
     }
   }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmx/rdmx.h"
@@ -130,6 +131,89 @@ TEST(UdReliability, NoLossNoRetransmissionNeeded) {
     rdmx_stats_t st{};
     RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
     RDMX_CHECK_EQ(rank, st.ud_dropped_test, 0u);
+    quiesce(rank, s);
+    close_session(rank, s);
+  }));
+}
+
+// A rank that computes (no progress) for longer than the RTO right after sending: the peer's
+// answer, which acks that send, lands in its receive CQ meanwhile. Back in progress it must see
+// that ack before its expired timer resends the message. Each trial first runs fast round trips
+// so that the RTO is back near its floor (a pause's late ack is an RTT sample that raises it),
+// then one round with the pause. The peer waits the whole pause for the next message; its own
+// resends are expected and not checked.
+TEST(UdReliability, AnAckWaitingInTheReceiveQueueComesBeforeTheTimersResend) {
+  RDMX_REQUIRE_DEVICE();
+  constexpr int kTrials = 5;
+  constexpr int kFastRounds = 60;
+  constexpr auto kCompute = std::chrono::milliseconds(20);  // 20x the RTO's floor below
+  EXPECT_TRUE(run_ranks(2, [&](Rank& rank) {
+    Session s =
+        open_session(rank, device_for(rank.rank(), false), RDMX_TRANSPORT_UD, [](rdmx_config_t& c) {
+          c.ud_rto_us = 1000;
+          c.shm = 0;  // the ranks share the guest: through UD all the same
+        });
+    rdmx_ep_t* ep = s.eps[static_cast<std::size_t>(1 - rank.rank())];
+    auto wait = [&](rdmx_request_t& r) {
+      rdmx_status_t st{};
+      const auto t0 = std::chrono::steady_clock::now();
+      while (rdmx_request_test(&r, &st) == RDMX_INPROGRESS) {
+        RDMX_CHECK(rank, rdmx_worker_progress(s.worker) >= 0);
+        RDMX_CHECK(rank, seconds_since(t0) < 30);
+      }
+      RDMX_CHECK_OK(rank, st.error);
+    };
+    auto recv_one = [&](int expect) {
+      int got = -1;
+      rdmx_request_t r;
+      RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &got, sizeof(got), RDMX_ANY_SOURCE, 0x200, ~0ull,
+                                        &r, nullptr, nullptr));
+      wait(r);
+      RDMX_CHECK_EQ(rank, got, expect);
+    };
+    auto resends = [&] {
+      rdmx_stats_t st{};
+      RDMX_CHECK_OK(rank, rdmx_worker_stats(s.worker, &st));
+      return st.ud_retransmits;
+    };
+    // Rank 1 pauses after its send of every (kFastRounds + 1)-th round; its resends are counted
+    // from that send to its next receive, by when the pause's ack has been seen.
+    std::uint64_t paused_resends = 0;
+    std::uint64_t since = 0;
+    bool counting = false;
+    const int rounds = kTrials * (kFastRounds + 1) + 1;
+    for (int i = 0; i < rounds; ++i) {
+      rdmx_request_t r;
+      if (rank.rank() == 0) {
+        RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &i, sizeof(i), 0x200, 0, &r, nullptr, nullptr));
+        wait(r);
+        recv_one(i);
+        continue;
+      }
+      recv_one(i);
+      if (counting) {
+        paused_resends += resends() - since;
+        counting = false;
+      }
+      const bool pause = i % (kFastRounds + 1) == kFastRounds;
+      if (pause) {
+        since = resends();
+        counting = true;
+      }
+      RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &i, sizeof(i), 0x200, 0, &r, nullptr, nullptr));
+      if (pause) {
+        std::this_thread::sleep_for(kCompute);  // computing: no progress
+      }
+      wait(r);
+    }
+    if (rank.rank() == 1) {
+      std::printf("rank 1: %d pauses, %llu resends across them\n", kTrials,
+                  static_cast<unsigned long long>(paused_resends));
+      RDMX_CHECK_EQ(rank, paused_resends, 0u);
+    } else {
+      std::printf("rank 0: %llu resends while it waited through the pauses\n",
+                  static_cast<unsigned long long>(resends()));
+    }
     quiesce(rank, s);
     close_session(rank, s);
   }));
