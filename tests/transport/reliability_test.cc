@@ -154,13 +154,9 @@ TEST(UdReliability, AnAckWaitingInTheReceiveQueueComesBeforeTheTimersResend) {
           c.shm = 0;  // the ranks share the guest: through UD all the same
         });
     rdmx_ep_t* ep = s.eps[static_cast<std::size_t>(1 - rank.rank())];
-    auto wait = [&](rdmx_request_t& r) {
+    auto wait = [&](rdmx_request_t& r, const char* what) {
       rdmx_status_t st{};
-      const auto t0 = std::chrono::steady_clock::now();
-      while (rdmx_request_test(&r, &st) == RDMX_INPROGRESS) {
-        RDMX_CHECK(rank, rdmx_worker_progress(s.worker) >= 0);
-        RDMX_CHECK(rank, seconds_since(t0) < 30);
-      }
+      RDMX_CHECK_OK(rank, wait_request(rank, s.worker, &r, &st, what));
       RDMX_CHECK_OK(rank, st.error);
     };
     auto recv_one = [&](int expect) {
@@ -168,7 +164,7 @@ TEST(UdReliability, AnAckWaitingInTheReceiveQueueComesBeforeTheTimersResend) {
       rdmx_request_t r;
       RDMX_CHECK_OK(rank, rdmx_tag_recv(s.worker, &got, sizeof(got), RDMX_ANY_SOURCE, 0x200, ~0ull,
                                         &r, nullptr, nullptr));
-      wait(r);
+      wait(r, "receive");
       RDMX_CHECK_EQ(rank, got, expect);
     };
     auto resends = [&] {
@@ -186,7 +182,7 @@ TEST(UdReliability, AnAckWaitingInTheReceiveQueueComesBeforeTheTimersResend) {
       rdmx_request_t r;
       if (rank.rank() == 0) {
         RDMX_CHECK_OK(rank, rdmx_tag_send(ep, &i, sizeof(i), 0x200, 0, &r, nullptr, nullptr));
-        wait(r);
+        wait(r, "send");
         recv_one(i);
         continue;
       }
@@ -204,7 +200,7 @@ TEST(UdReliability, AnAckWaitingInTheReceiveQueueComesBeforeTheTimersResend) {
       if (pause) {
         std::this_thread::sleep_for(kCompute);  // computing: no progress
       }
-      wait(r);
+      wait(r, "send");
     }
     if (rank.rank() == 1) {
       std::printf("rank 1: %d pauses, %llu resends across them\n", kTrials,
